@@ -1,0 +1,1 @@
+"""batch_pipeline: the self-healing batch layer of SAN, as a Dagster code location."""

@@ -1,0 +1,239 @@
+"""Ghost jobs: PENDING > 30 min (the event was lost) or PROCESSING > 1 h (above the AI server's
+call-timeout ceiling) -> mark FAILED and enqueue the same (job_type, target_id) again.
+
+Every job type is covered, TIL_GENERATION included. A PROCESSING job's age runs from
+`started_at`, or from `updated_at` when a worker never set `started_at`.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import pandas as pd
+from sqlalchemy import Integer, String, and_, case, cast, func, literal, or_, select, update
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql.elements import ColumnElement
+
+from batch_pipeline.recovery.plan import RecoveryReport, plan_recovery
+from batch_pipeline.san.database import WriteLimits
+from batch_pipeline.san.dispatch import Dispatcher, NewJob
+from batch_pipeline.san.enqueue import EnqueueRequest, enqueue_jobs, run_in_batches
+from batch_pipeline.san.frames import INT, TEXT, UTC_DATETIME, FrameSchema
+from batch_pipeline.san.schema import ACTIVE_STATUSES, FAILED, PENDING, PROCESSING, Timestamp, jobs
+
+AREA = "ghost_job_recovery"
+
+# The design's thresholds.
+DEFAULT_STALE_PENDING_AFTER = timedelta(minutes=30)
+DEFAULT_STALE_PROCESSING_AFTER = timedelta(minutes=60)
+
+GHOST_JOBS = FrameSchema(
+    name="GhostJobs",
+    description="Jobs stuck in PENDING or PROCESSING past their threshold, with their attempts so far.",
+    columns={
+        "job_id": INT,
+        "job_type": TEXT,
+        "target_id": INT,
+        "status": TEXT,
+        "stale_since": UTC_DATETIME,
+        "attempts": INT,
+    },
+)
+
+
+@dataclass(frozen=True)
+class GhostRule:
+    """The rule as cut-off instants for one run."""
+
+    now: datetime
+    stale_pending_after: timedelta = DEFAULT_STALE_PENDING_AFTER
+    stale_processing_after: timedelta = DEFAULT_STALE_PROCESSING_AFTER
+
+    @property
+    def pending_cutoff(self) -> datetime:
+        return self.now - self.stale_pending_after
+
+    @property
+    def processing_cutoff(self) -> datetime:
+        return self.now - self.stale_processing_after
+
+
+def processing_since(table=jobs) -> ColumnElement:
+    return func.coalesce(table.c.started_at, table.c.updated_at)
+
+
+def is_stale(rule: GhostRule, table=jobs) -> ColumnElement:
+    """PENDING created before the pending cut-off, or PROCESSING since before the processing one.
+
+    Used both to detect and, again, inside the UPDATE that closes the job (compare-and-set): a
+    job a worker took, finished or re-started in between no longer matches and is left alone.
+    """
+    return and_(
+        table.c.status.in_(ACTIVE_STATUSES),  # lets PostgreSQL use the partial active-jobs index
+        or_(
+            and_(table.c.status == PENDING, table.c.created_at < rule.pending_cutoff),
+            and_(table.c.status == PROCESSING, processing_since(table) < rule.processing_cutoff),
+        ),
+    )
+
+
+def detect_stale_jobs_query(rule: GhostRule):
+    stale = select(
+        jobs.c.id, jobs.c.job_type, jobs.c.target_id, jobs.c.status,
+        case((jobs.c.status == PENDING, jobs.c.created_at), else_=processing_since()).label("stale_since"),
+    ).where(is_stale(rule)).cte("stale")
+    attempt = jobs.alias("attempt")
+    # A join + GROUP BY rather than a correlated count: PostgreSQL hashes it when the recommended
+    # index is missing instead of scanning jobs once per ghost.
+    return (
+        select(
+            stale.c.id.label("job_id"), stale.c.job_type, stale.c.target_id, stale.c.status,
+            stale.c.stale_since, func.count(attempt.c.id).label("attempts"),
+        )
+        .join_from(stale, attempt, and_(attempt.c.target_id == stale.c.target_id, attempt.c.job_type == stale.c.job_type))
+        .group_by(stale.c.id, stale.c.job_type, stale.c.target_id, stale.c.status, stale.c.stale_since)
+        .order_by(stale.c.stale_since, stale.c.id)
+    )
+
+
+def detect_ghost_jobs(conn: Connection, rule: GhostRule) -> pd.DataFrame:
+    """Every ghost job, oldest first, with the attempts its (job_type, target_id) has had."""
+    return GHOST_JOBS.from_rows(conn.execute(detect_stale_jobs_query(rule)))
+
+
+def _minutes_since(conn: Connection, column: ColumnElement, now: datetime) -> ColumnElement:
+    instant = literal(now, Timestamp)
+    if conn.dialect.name == "postgresql":
+        return cast(func.floor(func.extract("epoch", instant - column) / 60), Integer)
+    return cast((func.julianday(instant) - func.julianday(column)) * 1440, Integer)
+
+
+def _failure_message(conn: Connection, rule: GhostRule) -> ColumnElement:
+    def message(status: str, since: ColumnElement, threshold: timedelta) -> ColumnElement:
+        minutes = cast(_minutes_since(conn, since, rule.now), String)
+        limit = int(threshold.total_seconds() // 60)
+        return (
+            literal(f"batch_pipeline ghost-job recovery: stale in {status} for ")
+            + minutes
+            + literal(f" min (threshold {limit} min); re-enqueued as a new job unless at max_attempts")
+        )
+
+    return case(
+        (jobs.c.status == PENDING, message(PENDING, jobs.c.created_at, rule.stale_pending_after)),
+        else_=message(PROCESSING, processing_since(), rule.stale_processing_after),
+    )
+
+
+def close_stale_jobs(conn: Connection, job_ids: Sequence[int], rule: GhostRule) -> list:
+    """Mark the given jobs FAILED if, at this instant, they are still stale and not locked.
+
+    A job a worker holds a lock on (it is changing it right now) is skipped, not waited for.
+    Returns the rows actually closed: (id, job_type, target_id).
+    """
+    candidate = jobs.alias("candidate")
+    still_stale = (
+        select(candidate.c.id)
+        .where(candidate.c.id.in_(list(job_ids)), is_stale(rule, candidate))
+        .with_for_update(skip_locked=True)
+    )
+    statement = (
+        update(jobs)
+        .where(jobs.c.id.in_(still_stale.scalar_subquery()), is_stale(rule))
+        .values(status=FAILED, finished_at=rule.now, updated_at=rule.now, error_message=_failure_message(conn, rule))
+        .returning(jobs.c.id, jobs.c.job_type, jobs.c.target_id)
+    )
+    return conn.execute(statement).all()
+
+
+@dataclass
+class ClosedBatch:
+    closed_ids: list[int]
+    replacements: dict[int, NewJob]  # closed job id -> its new job
+    exhausted_ids: list[int]  # closed job ids whose target is at the poison cap
+
+
+def close_and_replace(
+    conn: Connection, batch: pd.DataFrame, rule: GhostRule, max_attempts: int
+) -> tuple[ClosedBatch, list[NewJob]]:
+    """One batch, in one transaction: close the ghosts, then enqueue their replacements."""
+    closed = close_stale_jobs(conn, batch["job_id"].tolist(), rule)
+    result = ClosedBatch(closed_ids=[row.id for row in closed], replacements={}, exhausted_ids=[])
+    for job_type in sorted({row.job_type for row in closed}):
+        of_type = [row for row in closed if row.job_type == job_type]
+        requests = [EnqueueRequest(row.target_id, retry_of_job_id=row.id) for row in of_type]
+        outcome = enqueue_jobs(conn, job_type, requests, now=rule.now, max_attempts=max_attempts)
+        result.replacements.update({job.retry_of_job_id: job for job in outcome.created})
+        exhausted_targets = set(outcome.exhausted)
+        result.exhausted_ids += [row.id for row in of_type if row.target_id in exhausted_targets]
+    return result, list(result.replacements.values())
+
+
+def recover_ghost_jobs(
+    engine: Engine,
+    dispatcher: Dispatcher,
+    ghosts: pd.DataFrame,
+    rule: GhostRule,
+    *,
+    max_attempts: int,
+    max_enqueue_per_run: int,
+    batch_size: int,
+    dry_run: bool = False,
+    limits: WriteLimits = WriteLimits(),
+) -> RecoveryReport:
+    """Close the detected ghosts and re-enqueue them, in bounded batches.
+
+    Ghosts whose target is at the poison cap are closed without a replacement (exhausted);
+    ghosts beyond the per-run cap are left untouched for the next run (deferred), so a ghost is
+    never closed without its replacement.
+    """
+    plan = plan_recovery(
+        ghosts, oldest_first_by=["stale_since", "job_id"], max_attempts=max_attempts,
+        max_enqueue_per_run=max_enqueue_per_run,
+    )
+    report = RecoveryReport(
+        area=AREA,
+        dry_run=dry_run,
+        thresholds={
+            "stale_pending_after_minutes": rule.stale_pending_after.total_seconds() / 60,
+            "stale_processing_after_minutes": rule.stale_processing_after.total_seconds() / 60,
+            "max_attempts": max_attempts,
+            "max_enqueue_per_run": max_enqueue_per_run,
+        },
+        detected=len(ghosts),
+        deferred=len(plan.deferred),
+        deferred_ids=plan.deferred["job_id"].tolist(),
+    )
+    if dry_run:
+        report.exhausted = len(plan.exhausted)
+        report.exhausted_ids = plan.exhausted["job_id"].tolist()
+        return report
+
+    work = pd.concat([plan.to_enqueue, plan.exhausted])
+    results, batches = run_in_batches(
+        engine, dispatcher, work, batch_size,
+        lambda conn, batch: close_and_replace(conn, batch, rule, max_attempts),
+        limits,
+    )
+    replacement_of: dict[int, NewJob] = {}
+    closed_ids: set[int] = set()
+    for batch in results:
+        closed_ids.update(batch.closed_ids)
+        replacement_of.update(batch.replacements)
+        report.exhausted_ids += batch.exhausted_ids
+    report.exhausted = len(report.exhausted_ids)
+    report.enqueued = len(replacement_of)
+    report.skipped_by_race = len(work) - len(closed_ids)
+    report.recovered = [
+        {
+            "failed_job_id": int(row.job_id),
+            "new_job_id": replacement_of[row.job_id].job_id if row.job_id in replacement_of else None,
+            "job_type": row.job_type,
+            "target_id": int(row.target_id),
+            "stale_status": row.status,
+        }
+        for row in work.itertuples()
+        if row.job_id in closed_ids
+    ]
+    report.batches = batches.batches
+    report.announce_failures = batches.announce_failures
+    return report

@@ -1,0 +1,22 @@
+"""Orphan scraps: no knowledge card AND no active (PENDING/PROCESSING) CARD_ANALYSIS job
+-> enqueue(CARD_ANALYSIS).
+
+Scraps that do have an active CARD_ANALYSIS job belong to ghost-job recovery. A card whose
+embedding is NULL does not occur in the current pipeline and is not handled.
+"""
+
+from sqlalchemy import exists
+
+from batch_pipeline.recovery.scrap_recovery import ScrapRecoveryRule, scrap_frame
+from batch_pipeline.san.schema import CARD_ANALYSIS, knowledge_cards, scraps
+
+AREA = "orphan_scrap_recovery"
+
+has_no_card = ~exists().where(knowledge_cards.c.scrap_id == scraps.c.id)
+
+ORPHAN_SCRAPS = ScrapRecoveryRule(
+    area=AREA,
+    job_type=CARD_ANALYSIS,
+    needs_work=has_no_card,
+    frame=scrap_frame("OrphanScraps", "Scraps with no knowledge card and no active CARD_ANALYSIS job."),
+)

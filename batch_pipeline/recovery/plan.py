@@ -1,0 +1,70 @@
+"""What the three recoveries share after detection: poison cap, per-run cap and the report."""
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+# The audit trail lists at most this many ids per kind and run; counts are always complete.
+AUDIT_ID_LIMIT = 5_000
+
+
+@dataclass(frozen=True)
+class RecoveryPlan:
+    """Detected candidates split by the caps, oldest first."""
+
+    to_enqueue: pd.DataFrame  # under the poison cap, within the per-run cap
+    exhausted: pd.DataFrame  # already have max_attempts jobs: no new job
+    deferred: pd.DataFrame  # beyond the per-run cap: left for the next run
+
+
+def plan_recovery(
+    candidates: pd.DataFrame, *, oldest_first_by: list[str], max_attempts: int, max_enqueue_per_run: int
+) -> RecoveryPlan:
+    ordered = candidates.sort_values(oldest_first_by, kind="stable")
+    if max_attempts:
+        at_cap = ordered["attempts"] >= max_attempts
+    else:  # 0 = unlimited
+        at_cap = pd.Series(False, index=ordered.index)
+    eligible = ordered[~at_cap]
+    return RecoveryPlan(
+        to_enqueue=eligible.iloc[:max_enqueue_per_run],
+        exhausted=ordered[at_cap],
+        deferred=eligible.iloc[max_enqueue_per_run:],
+    )
+
+
+@dataclass
+class RecoveryReport:
+    """What one recovery area did in one run: the audit trail's content."""
+
+    area: str
+    dry_run: bool
+    thresholds: dict
+    detected: int = 0
+    enqueued: int = 0
+    exhausted: int = 0
+    deferred: int = 0
+    skipped_by_race: int = 0
+    announce_failures: int = 0
+    batches: int = 0
+    recovered: list[dict] = field(default_factory=list)
+    exhausted_ids: list[int] = field(default_factory=list)
+    deferred_ids: list[int] = field(default_factory=list)
+
+    def metadata(self) -> dict:
+        """Counts as numbers (plotted by the UI over time), ids as JSON lists."""
+        return {
+            "detected": self.detected,
+            "enqueued": self.enqueued,
+            "exhausted": self.exhausted,
+            "deferred": self.deferred,
+            "skipped_by_race": self.skipped_by_race,
+            "announce_failures": self.announce_failures,
+            "dry_run": self.dry_run,
+            "recovered": self.recovered[:AUDIT_ID_LIMIT],
+            "exhausted_ids": self.exhausted_ids[:AUDIT_ID_LIMIT],
+            "deferred_ids": self.deferred_ids[:AUDIT_ID_LIMIT],
+            "ids_truncated": max(len(self.recovered), len(self.exhausted_ids), len(self.deferred_ids))
+            > AUDIT_ID_LIMIT,
+            "thresholds": self.thresholds,
+        }

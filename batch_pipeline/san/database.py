@@ -1,0 +1,131 @@
+"""Connecting to the SAN database and writing to it safely.
+
+Every write batch runs in `write_transaction`: one transaction, bounded lock and statement
+timeouts, and a lock that serialises batch_pipeline's own writers (two overlapping runs) without
+ever blocking SAN's workers.
+"""
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.engine.url import URL
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+
+# One advisory-lock key for every batch_pipeline write transaction on PostgreSQL (the ASCII of
+# "SANBATCH"). Holding it while re-checking and inserting means two overlapping runs can never
+# both decide that a (job_type, target_id) has no active job.
+WRITE_LOCK_KEY = 0x53414E4241544348
+
+
+class SanConnectionError(RuntimeError):
+    """SAN_DATABASE_URL is malformed, names an unsupported database, or cannot be reached."""
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def default_data_dir() -> Path:
+    """Where the embedded default keeps its SQLite file (`SAN_DATA_DIR`, else ./data)."""
+    return Path(os.environ.get("SAN_DATA_DIR") or Path.cwd() / "data")
+
+
+def embedded_database_url() -> str:
+    return f"sqlite:///{default_data_dir() / 'san.sqlite'}"
+
+
+def redacted(url: str | URL) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return "<unparseable URL>"
+
+
+def parse_database_url(url: str) -> URL:
+    """Parse and normalise a SAN database URL; a plain postgresql:// URL uses psycopg 3."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError) as error:
+        raise SanConnectionError(
+            f"SAN_DATABASE_URL is not a valid SQLAlchemy URL ({error}); expected e.g. "
+            "postgresql+psycopg://user:password@host:5432/san or sqlite:///path/to/san.sqlite"
+        ) from error
+    backend = parsed.get_backend_name()
+    if backend == "postgresql":
+        if parsed.get_driver_name() in ("", "psycopg2"):
+            parsed = parsed.set(drivername="postgresql+psycopg")
+    elif backend != "sqlite":
+        raise SanConnectionError(
+            f"SAN_DATABASE_URL {redacted(parsed)} names the '{backend}' database; batch_pipeline "
+            "supports PostgreSQL (postgresql+psycopg://…) and SQLite (sqlite:///…)"
+        )
+    return parsed
+
+
+def create_san_engine(url: str) -> Engine:
+    """An Engine for the SAN database. Does not connect yet: see `check_connection`."""
+    parsed = parse_database_url(url)
+    try:
+        if parsed.get_backend_name() == "sqlite":
+            database = parsed.database
+            if database and database != ":memory:":
+                Path(database).parent.mkdir(parents=True, exist_ok=True)
+            engine = create_engine(parsed, connect_args={"timeout": 30})
+            _serialise_sqlite_writers(engine)
+        else:
+            engine = create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+    except (ArgumentError, NoSuchModuleError) as error:
+        raise SanConnectionError(f"cannot use SAN_DATABASE_URL {redacted(parsed)}: {error}") from error
+    return engine
+
+
+def _serialise_sqlite_writers(engine: Engine) -> None:
+    # pysqlite starts transactions lazily and upgrades read locks to write locks late, so two
+    # writers can both read "no active job" before either writes. BEGIN IMMEDIATE takes the
+    # database's write lock at the start of every transaction instead.
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection, _record):
+        dbapi_connection.isolation_level = None
+        dbapi_connection.execute("PRAGMA foreign_keys = ON")
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn):
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def check_connection(engine: Engine) -> None:
+    """Connect once; raise SanConnectionError naming the server and the reason."""
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except SQLAlchemyError as error:
+        reason = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
+        raise SanConnectionError(
+            f"cannot connect to the SAN database at {redacted(engine.url)}: {reason}"
+        ) from error
+
+
+@dataclass(frozen=True)
+class WriteLimits:
+    """Bounds for one write transaction, so a busy table is reported, never waited on forever."""
+
+    lock_timeout_ms: int = 5_000
+    statement_timeout_ms: int = 120_000
+
+
+@contextmanager
+def write_transaction(engine: Engine, limits: WriteLimits = WriteLimits()) -> Iterator[Connection]:
+    """One batch: a transaction that commits everything or nothing."""
+    with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text(f"SET LOCAL lock_timeout = {int(limits.lock_timeout_ms)}"))
+            conn.execute(text(f"SET LOCAL statement_timeout = {int(limits.statement_timeout_ms)}"))
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITE_LOCK_KEY})
+        # SQLite: BEGIN IMMEDIATE (see _serialise_sqlite_writers) already serialises writers.
+        yield conn

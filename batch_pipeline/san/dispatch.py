@@ -1,0 +1,119 @@
+"""Announcing new jobs to SAN's workers.
+
+The `jobs` row is the source of truth; an announcement only wakes a worker. `pg_notify` is sent
+inside the transaction that inserts the job, so PostgreSQL delivers it exactly when the job
+commits. The Redis stream is written after commit: a failed publish is logged and counted, the
+job stays PENDING and the next ghost-job recovery re-announces it.
+"""
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.engine import Connection
+from sqlalchemy.types import Text
+
+log = logging.getLogger(__name__)
+
+PG_NOTIFY_CHANNEL = "san_jobs"
+REDIS_STREAM = "san:jobs"
+DISPATCHER_KINDS = ("pg_notify", "redis_stream", "none")
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A job batch_pipeline created, as announced to the workers."""
+
+    job_id: int
+    job_type: str
+    target_id: int
+    retry_of_job_id: int | None = None
+
+    def payload(self) -> dict:
+        return {"job_id": self.job_id, "job_type": self.job_type, "target_id": self.target_id}
+
+
+class DispatcherConfigError(ValueError):
+    """SAN_JOB_DISPATCHER names an unknown dispatcher or one the database cannot serve."""
+
+
+class Dispatcher:
+    """Rows only (`none`): workers find PENDING jobs by polling the jobs table."""
+
+    kind = "none"
+
+    def announce_in_transaction(self, conn: Connection, new_jobs: Sequence[NewJob]) -> None:
+        """Called inside the batch transaction, after the jobs are inserted."""
+
+    def announce_after_commit(self, new_jobs: Sequence[NewJob]) -> int:
+        """Called after the batch commits; returns how many announcements failed."""
+        return 0
+
+
+class PgNotifyDispatcher(Dispatcher):
+    kind = "pg_notify"
+    _NOTIFY = text(
+        f"SELECT pg_notify('{PG_NOTIFY_CHANNEL}', payload) FROM unnest(:payloads) AS payload"
+    ).bindparams(bindparam("payloads", type_=ARRAY(Text)))
+
+    def announce_in_transaction(self, conn: Connection, new_jobs: Sequence[NewJob]) -> None:
+        if new_jobs:
+            payloads = [json.dumps(job.payload(), separators=(",", ":")) for job in new_jobs]
+            conn.execute(self._NOTIFY, {"payloads": payloads})
+
+
+class RedisStreamDispatcher(Dispatcher):
+    kind = "redis_stream"
+
+    def __init__(self, redis_url: str, stream: str = REDIS_STREAM, timeout_s: float = 5.0):
+        self.redis_url = redis_url
+        self.stream = stream
+        self.timeout_s = timeout_s
+        self._client = None
+
+    def _redis(self):
+        if self._client is None:
+            import redis
+
+            self._client = redis.Redis.from_url(
+                self.redis_url, socket_timeout=self.timeout_s, socket_connect_timeout=self.timeout_s
+            )
+        return self._client
+
+    def announce_after_commit(self, new_jobs: Sequence[NewJob]) -> int:
+        if not new_jobs:
+            return 0
+        try:
+            pipe = self._redis().pipeline(transaction=False)
+            for job in new_jobs:
+                pipe.xadd(self.stream, {key: str(value) for key, value in job.payload().items()})
+            pipe.execute()
+        except Exception as error:  # the job rows are committed; recovery re-announces them
+            log.warning(
+                "could not announce %d job(s) on Redis stream %s at %s: %s; they stay PENDING "
+                "and the next ghost-job recovery re-enqueues them",
+                len(new_jobs), self.stream, self.redis_url, error,
+            )
+            return len(new_jobs)
+        return 0
+
+
+def build_dispatcher(kind: str | None, dialect_name: str, redis_url: str) -> Dispatcher:
+    """The dispatcher SAN_JOB_DISPATCHER names; unset: pg_notify on PostgreSQL, none on SQLite."""
+    chosen = (kind or "").strip().lower() or ("pg_notify" if dialect_name == "postgresql" else "none")
+    if chosen not in DISPATCHER_KINDS:
+        raise DispatcherConfigError(
+            f"SAN_JOB_DISPATCHER={kind!r} is not a dispatcher; choose one of {', '.join(DISPATCHER_KINDS)}"
+        )
+    if chosen == "pg_notify":
+        if dialect_name != "postgresql":
+            raise DispatcherConfigError(
+                f"SAN_JOB_DISPATCHER=pg_notify needs PostgreSQL, but the SAN database is {dialect_name}"
+            )
+        return PgNotifyDispatcher()
+    if chosen == "redis_stream":
+        return RedisStreamDispatcher(redis_url)
+    return Dispatcher()

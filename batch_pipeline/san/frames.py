@@ -1,0 +1,47 @@
+"""Typed pandas DataFrames that Dagster checks between ops (declared columns and dtypes)."""
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import pandas as pd
+from dagster import DagsterType
+from dagster_pandas import PandasColumn, create_dagster_pandas_dataframe_type
+
+INT = "int64"
+TEXT = "object"
+UTC_DATETIME = "datetime64[ns, UTC]"
+
+_COLUMN_CHECKS = {
+    INT: lambda name: PandasColumn.integer_column(name, non_nullable=True),
+    TEXT: lambda name: PandasColumn.string_column(name, non_nullable=True),
+    UTC_DATETIME: lambda name: PandasColumn.datetime_column(name, non_nullable=True, tz="UTC"),
+}
+
+
+@dataclass(frozen=True)
+class FrameSchema:
+    """A DataFrame's declared columns, the Dagster type that checks them, and a builder."""
+
+    name: str
+    description: str
+    columns: Mapping[str, str]
+
+    def dagster_type(self) -> DagsterType:
+        return create_dagster_pandas_dataframe_type(
+            name=self.name,
+            description=self.description,
+            columns=[_COLUMN_CHECKS[dtype](column) for column, dtype in self.columns.items()],
+        )
+
+    def from_rows(self, rows: Iterable) -> pd.DataFrame:
+        """Build a frame of exactly the declared columns and dtypes (also when empty).
+
+        Database timestamps arrive aware (PostgreSQL) or naive UTC (SQLite); both become UTC.
+        """
+        frame = pd.DataFrame.from_records(list(rows), columns=list(self.columns))
+        for column, dtype in self.columns.items():
+            if dtype == UTC_DATETIME:
+                frame[column] = pd.to_datetime(frame[column], utc=True).astype(UTC_DATETIME)
+            else:
+                frame[column] = frame[column].astype(dtype)
+        return frame

@@ -1,0 +1,206 @@
+"""The SAN tables batch_pipeline reads and writes, as SQLAlchemy Core.
+
+The SAN application owns these tables. batch_pipeline declares only the columns it uses: a real
+SAN database has more columns and other tables, and that is fine. `create_schema` is for empty
+databases (the embedded default, demos, tests); `recommended_index_statements` is the separate,
+idempotent command for a production database. Nothing here ever alters an app-owned table.
+"""
+
+from dataclasses import dataclass
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Date,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    inspect,
+    text,
+)
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+# BIGINT identity on PostgreSQL; SQLite only auto-increments an INTEGER PRIMARY KEY.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+Timestamp = DateTime(timezone=True)
+
+metadata = MetaData()
+
+users = Table("users", metadata, Column("id", Id, primary_key=True))
+
+scraps = Table(
+    "scraps",
+    metadata,
+    Column("id", Id, primary_key=True),
+    Column("user_id", Id, ForeignKey("users.id"), nullable=False),
+    Column("original_content", Text, nullable=False),
+    Column("refined_content", Text, nullable=True),
+    Column("created_at", Timestamp, nullable=False),
+    Column("updated_at", Timestamp, nullable=False),
+)
+
+knowledge_cards = Table(
+    "knowledge_cards",
+    metadata,
+    Column("id", Id, primary_key=True),
+    Column("scrap_id", Id, ForeignKey("scraps.id"), nullable=False, unique=True),
+    Column("user_id", Id, ForeignKey("users.id"), nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", Id, primary_key=True),
+    Column("job_type", String(32), nullable=False),
+    Column("target_id", Id, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+    Column("updated_at", Timestamp, nullable=False),
+    Column("started_at", Timestamp, nullable=True),
+    Column("finished_at", Timestamp, nullable=True),
+    Column("error_message", Text, nullable=True),
+    Column("retry_of_job_id", Id, ForeignKey("jobs.id"), nullable=True),
+)
+
+daily_summaries = Table(
+    "daily_summaries",
+    metadata,
+    Column("id", Id, primary_key=True),
+    Column("user_id", Id, ForeignKey("users.id"), nullable=False),
+    Column("target_date", Date, nullable=False),
+    Column("content", Text, nullable=True),
+    Column("created_at", Timestamp, nullable=False),
+)
+
+# Job vocabulary of the SAN application.
+CARD_ANALYSIS = "CARD_ANALYSIS"
+SCRAP_REFINE = "SCRAP_REFINE"
+TIL_GENERATION = "TIL_GENERATION"
+JOB_TYPES = (CARD_ANALYSIS, SCRAP_REFINE, TIL_GENERATION)
+
+PENDING = "PENDING"
+PROCESSING = "PROCESSING"
+COMPLETED = "COMPLETED"
+FAILED = "FAILED"
+ACTIVE_STATUSES = (PENDING, PROCESSING)
+
+
+# ---------------------------------------------------------------------------------------------
+# Recommended indexes: not part of the app's DDL, applied by `python -m batch_pipeline
+# create-indexes`. Each one is justified in docs/benchmarks.md.
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RecommendedIndex:
+    name: str
+    table: str
+    why: str
+    postgresql: str  # the body after "ON": columns, INCLUDE and WHERE
+    sqlite: str
+
+
+RECOMMENDED_INDEXES = (
+    RecommendedIndex(
+        name="ix_san_jobs_target",
+        table="jobs",
+        why="attempt counts and the 'no active job' check look jobs up by (target_id, job_type)",
+        postgresql="jobs (target_id, job_type) INCLUDE (status)",
+        sqlite="jobs (target_id, job_type, status)",
+    ),
+    RecommendedIndex(
+        name="ix_san_jobs_active_created",
+        table="jobs",
+        why="ghost detection reads only the few active jobs, not the whole jobs history",
+        postgresql="jobs (created_at) WHERE status IN ('PENDING', 'PROCESSING')",
+        sqlite="jobs (created_at) WHERE status IN ('PENDING', 'PROCESSING')",
+    ),
+    RecommendedIndex(
+        name="ix_san_scraps_created_at",
+        table="scraps",
+        why="TIL detection reads one day of scraps by a created_at range",
+        postgresql="scraps (created_at)",
+        sqlite="scraps (created_at)",
+    ),
+    RecommendedIndex(
+        name="ix_san_scraps_unrefined",
+        table="scraps",
+        why="unrefined detection reads only scraps whose refined_content is still NULL",
+        postgresql="scraps (created_at) WHERE refined_content IS NULL",
+        sqlite="scraps (created_at) WHERE refined_content IS NULL",
+    ),
+)
+
+
+def recommended_index_statements(dialect_name: str) -> list[str]:
+    """The idempotent DDL for the recommended indexes on this dialect.
+
+    On PostgreSQL the statements are CONCURRENTLY, so they do not block the app's writes; they
+    must run outside a transaction (autocommit).
+    """
+    if dialect_name == "postgresql":
+        return [
+            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {index.name} ON {index.postgresql}"
+            for index in RECOMMENDED_INDEXES
+        ]
+    return [f"CREATE INDEX IF NOT EXISTS {index.name} ON {index.sqlite}" for index in RECOMMENDED_INDEXES]
+
+
+def create_recommended_indexes(engine: Engine) -> list[str]:
+    """Apply the recommended indexes; safe to run again. Returns the statements it ran."""
+    statements = recommended_index_statements(engine.dialect.name)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        for statement in statements:
+            conn.execute(text(statement))
+    return statements
+
+
+def missing_recommended_indexes(conn: Connection) -> list[RecommendedIndex]:
+    """The recommended indexes that the database does not have (by name)."""
+    inspector = inspect(conn)
+    present: set[str] = set()
+    for table in {index.table for index in RECOMMENDED_INDEXES}:
+        present.update(ix["name"] for ix in inspector.get_indexes(table))
+    return [index for index in RECOMMENDED_INDEXES if index.name not in present]
+
+
+def create_schema(engine: Engine) -> None:
+    """Create the SAN tables in an empty database (embedded default, demos, tests)."""
+    metadata.create_all(engine)
+
+
+# ---------------------------------------------------------------------------------------------
+# Verification: a missing table or column fails with a message that names it.
+# ---------------------------------------------------------------------------------------------
+class SanSchemaError(RuntimeError):
+    """The SAN database lacks a table or column the pipeline needs."""
+
+
+def verify_schema(conn: Connection) -> None:
+    """Check that every table and column batch_pipeline uses exists; raise naming what is missing."""
+    try:
+        inspector = inspect(conn)
+        existing_tables = set(inspector.get_table_names())
+        problems: list[str] = []
+        for table in metadata.sorted_tables:
+            if table.name not in existing_tables:
+                problems.append(f"table '{table.name}' is missing")
+                continue
+            present = {column["name"] for column in inspector.get_columns(table.name)}
+            for column in table.columns:
+                if column.name not in present:
+                    problems.append(f"column '{table.name}.{column.name}' is missing")
+    except SQLAlchemyError as error:
+        raise SanSchemaError(f"could not inspect the SAN database schema: {error}") from error
+    if problems:
+        raise SanSchemaError(
+            "the SAN database is not usable by batch_pipeline: "
+            + "; ".join(problems)
+            + ". batch_pipeline never alters app-owned tables: point SAN_DATABASE_URL at the SAN "
+            "database, or create an empty one with `python -m batch_pipeline create-schema`."
+        )
