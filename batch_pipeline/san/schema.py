@@ -154,9 +154,14 @@ def recommended_index_statements(dialect_name: str) -> list[str]:
 def create_recommended_indexes(engine: Engine) -> list[str]:
     """Apply the recommended indexes; safe to run again. Returns the statements it ran."""
     statements = recommended_index_statements(engine.dialect.name)
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        for statement in statements:
-            conn.execute(text(statement))
+    if engine.dialect.name == "postgresql":  # CONCURRENTLY cannot run inside a transaction
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            for statement in statements:
+                conn.execute(text(statement))
+    else:
+        with engine.begin() as conn:
+            for statement in statements:
+                conn.execute(text(statement))
     return statements
 
 

@@ -1,0 +1,23 @@
+# The two commands of the README: `make run` (the UI on http://127.0.0.1:3000) and `make test`.
+# Both create the virtualenv at .venv and install the project on first use.
+PYTHON ?= python3.11
+VENV := .venv
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install run test
+
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# DAGSTER_HOME keeps run history, schedules and logs in .dagster_home, with ./dagster.yaml.
+run: $(STAMP)
+	mkdir -p .dagster_home && ln -sf ../dagster.yaml .dagster_home/dagster.yaml
+	DAGSTER_HOME=$(CURDIR)/.dagster_home $(VENV)/bin/dagster dev --host 127.0.0.1 --port 3000
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -n 2 batch_pipeline_tests

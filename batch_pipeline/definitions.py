@@ -1,0 +1,39 @@
+"""The batch_pipeline code location: `from batch_pipeline.definitions import defs`."""
+
+import os
+
+from dagster import Definitions, EnvVar
+
+from batch_pipeline.recovery.assets import recovery_assets
+from batch_pipeline.recovery.jobs import recovery_job
+from batch_pipeline.recovery.schedules import recovery_schedule
+from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
+from batch_pipeline.san.timezone import san_timezone_name
+
+
+def _from_env(name: str):
+    """An EnvVar when the variable is set (shown as such in the UI), else None (the default)."""
+    return EnvVar(name) if os.environ.get(name) else None
+
+
+def san_resources() -> dict:
+    dispatcher = {"kind": _from_env("SAN_JOB_DISPATCHER")}
+    if os.environ.get("SAN_REDIS_URL"):
+        dispatcher["redis_url"] = EnvVar("SAN_REDIS_URL")
+    return {
+        "san_database": SanDatabase(url=_from_env("SAN_DATABASE_URL")),
+        "job_dispatcher": JobDispatcherResource(**dispatcher),
+    }
+
+
+def build_definitions() -> Definitions:
+    timezone = san_timezone_name()
+    return Definitions(
+        assets=recovery_assets,
+        jobs=[recovery_job],
+        schedules=[recovery_schedule(timezone)],
+        resources=san_resources(),
+    )
+
+
+defs = build_definitions()

@@ -1,0 +1,52 @@
+"""The recovery job's run config: the design's thresholds as defaults, validated by pydantic."""
+
+from datetime import timedelta
+
+from dagster import Config
+from pydantic import Field
+
+from batch_pipeline.san.database import WriteLimits
+
+
+class RecoveryConfig(Config):
+    """Thresholds and caps for one recovery run (set in the Launchpad under ops.check_san_database)."""
+
+    stale_pending_after_minutes: int = Field(
+        default=30, gt=0, description="A PENDING job older than this lost its event: ghost."
+    )
+    stale_processing_after_minutes: int = Field(
+        default=60, gt=0, description="A PROCESSING job running longer than this (above the AI call timeout): ghost."
+    )
+    orphan_min_age_minutes: int = Field(
+        default=10, gt=0, description="Grace: scraps younger than this are left alone; the app may still be enqueueing."
+    )
+    max_attempts: int = Field(
+        default=10, ge=0, description="Poison cap: a (job_type, target_id) with this many jobs gets no new one. 0 = unlimited."
+    )
+    max_enqueue_per_run: int = Field(
+        default=5_000, gt=0, description="At most this many new jobs per area and run, oldest first; the rest is deferred."
+    )
+    batch_size: int = Field(
+        default=1_000, gt=0, le=10_000, description="Rows per write transaction."
+    )
+    lock_timeout_ms: int = Field(default=5_000, gt=0, description="PostgreSQL lock_timeout per write batch.")
+    statement_timeout_ms: int = Field(
+        default=120_000, gt=0, description="PostgreSQL statement_timeout per write batch."
+    )
+    dry_run: bool = Field(default=False, description="Detect and report; write nothing.")
+
+    @property
+    def stale_pending_after(self) -> timedelta:
+        return timedelta(minutes=self.stale_pending_after_minutes)
+
+    @property
+    def stale_processing_after(self) -> timedelta:
+        return timedelta(minutes=self.stale_processing_after_minutes)
+
+    @property
+    def orphan_min_age(self) -> timedelta:
+        return timedelta(minutes=self.orphan_min_age_minutes)
+
+    @property
+    def write_limits(self) -> WriteLimits:
+        return WriteLimits(lock_timeout_ms=self.lock_timeout_ms, statement_timeout_ms=self.statement_timeout_ms)

@@ -1,0 +1,81 @@
+"""Dagster resources: the SAN database (SAN_DATABASE_URL) and the job dispatcher
+(SAN_JOB_DISPATCHER). Thin wrappers over san.database and san.dispatch."""
+
+from typing import Optional
+
+from dagster import ConfigurableResource, Failure, InitResourceContext
+from pydantic import Field, PrivateAttr
+from sqlalchemy.engine import Engine
+
+from batch_pipeline.san.database import (
+    SanConnectionError,
+    check_connection,
+    create_san_engine,
+    embedded_database_url,
+)
+from batch_pipeline.san.demo import seed_demo_state
+from batch_pipeline.san.dispatch import Dispatcher, DispatcherConfigError, build_dispatcher
+from batch_pipeline.san.schema import SanSchemaError, verify_schema
+
+
+class SanDatabase(ConfigurableResource):
+    """The SAN application's database. Unset URL: an embedded SQLite file seeded with a demo state."""
+
+    url: Optional[str] = Field(
+        default=None,
+        description="SQLAlchemy URL of the SAN database (SAN_DATABASE_URL), e.g. "
+        "postgresql+psycopg://user:password@host:5432/san. Unset: the embedded SQLite demo in ./data.",
+    )
+
+    _engine: Optional[Engine] = PrivateAttr(default=None)
+
+    @property
+    def is_embedded(self) -> bool:
+        return not self.url
+
+    def get_engine(self) -> Engine:
+        """The engine, created once per process; the embedded default is seeded on first use."""
+        if self._engine is None:
+            engine = create_san_engine(self.url or embedded_database_url())
+            if self.is_embedded:
+                seed_demo_state(engine)
+            self._engine = engine
+        return self._engine
+
+    def open_verified(self) -> Engine:
+        """Connect and check every table and column the pipeline needs.
+
+        Raises a Failure that names the problem (bad URL, unreachable server, missing table or
+        column) and is not retried: retrying a wrong URL only repeats the same error.
+        """
+        try:
+            engine = self.get_engine()
+            check_connection(engine)
+            with engine.connect() as conn:
+                verify_schema(conn)
+        except (SanConnectionError, SanSchemaError) as error:
+            raise Failure(description=str(error), allow_retries=False) from error
+        return engine
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+
+class JobDispatcherResource(ConfigurableResource):
+    """How new jobs are announced to SAN's workers (SAN_JOB_DISPATCHER)."""
+
+    kind: Optional[str] = Field(
+        default=None,
+        description="pg_notify | redis_stream | none. Unset: pg_notify on PostgreSQL, none on SQLite.",
+    )
+    redis_url: str = Field(
+        default="redis://127.0.0.1:6379/0", description="Redis for redis_stream (SAN_REDIS_URL)."
+    )
+
+    def for_database(self, engine: Engine) -> Dispatcher:
+        try:
+            return build_dispatcher(self.kind, engine.dialect.name, self.redis_url)
+        except DispatcherConfigError as error:
+            raise Failure(description=str(error), allow_retries=False) from error

@@ -1,0 +1,155 @@
+"""Fixtures: every SAN test runs on SQLite (schema created by batch_pipeline) and on the real
+PostgreSQL (schema created by the SAN application's own DDL, no recovery indexes).
+
+PostgreSQL tests get a schema of their own in SAN_TEST_DATABASE_URL (default: the local
+server's `test` database), so they can run in parallel. If PostgreSQL is down they fail: a
+skipped database counted as passing would be a lie.
+"""
+
+import os
+import uuid
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, insert, select, text
+from sqlalchemy.engine import Engine, make_url
+
+from batch_pipeline.san.database import create_san_engine, utc_now
+from batch_pipeline.san.schema import (
+    COMPLETED, PENDING, create_schema, daily_summaries, jobs, knowledge_cards, scraps, users,
+)
+
+APP_DDL = Path(__file__).parent / "san_app_schema.sql"
+DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def pg_admin_url() -> str:
+    return os.environ.get("SAN_TEST_DATABASE_URL") or DEFAULT_PG_URL
+
+
+def schema_url(base: str, schema: str) -> str:
+    url = make_url(base)
+    if url.drivername in ("postgresql", "postgresql+psycopg2"):
+        url = url.set(drivername="postgresql+psycopg")
+    return url.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
+
+
+class SanDb:
+    """A SAN database for one test, with small helpers to build a state and read it back."""
+
+    def __init__(self, url: str, engine: Engine, kind: str):
+        self.url = url
+        self.engine = engine
+        self.kind = kind
+        self.now = utc_now()
+
+    def ago(self, **delta) -> datetime:
+        return self.now - timedelta(**delta)
+
+    def user(self) -> int:
+        with self.engine.begin() as conn:
+            if self.kind == "sqlite":
+                return conn.execute(insert(users).values(id=None).returning(users.c.id)).scalar_one()
+            return conn.execute(text("INSERT INTO users DEFAULT VALUES RETURNING id")).scalar_one()
+
+    def scrap(self, user_id: int, created_at: datetime | None = None, refined: bool = True, card: bool = False) -> int:
+        created_at = created_at or self.ago(days=1)
+        with self.engine.begin() as conn:
+            scrap_id = conn.execute(
+                insert(scraps).values(
+                    user_id=user_id, original_content="original", refined_content="refined" if refined else None,
+                    created_at=created_at, updated_at=created_at,
+                ).returning(scraps.c.id)
+            ).scalar_one()
+            if card:
+                conn.execute(insert(knowledge_cards).values(scrap_id=scrap_id, user_id=user_id, created_at=created_at))
+        return scrap_id
+
+    def card(self, scrap_id: int, user_id: int, created_at: datetime | None = None) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(insert(knowledge_cards).values(scrap_id=scrap_id, user_id=user_id, created_at=created_at or self.now))
+
+    def job(self, job_type: str, target_id: int, status: str = PENDING, created_at: datetime | None = None,
+            started_at: datetime | None = None, updated_at: datetime | None = None) -> int:
+        created_at = created_at or self.now
+        with self.engine.begin() as conn:
+            return conn.execute(
+                insert(jobs).values(
+                    job_type=job_type, target_id=target_id, status=status, created_at=created_at,
+                    updated_at=updated_at or started_at or created_at, started_at=started_at,
+                    finished_at=created_at if status == COMPLETED else None,
+                ).returning(jobs.c.id)
+            ).scalar_one()
+
+    def jobs(self, **where) -> list:
+        query = select(jobs).order_by(jobs.c.id)
+        for column, value in where.items():
+            query = query.where(jobs.c[column] == value)
+        with self.engine.connect() as conn:
+            return conn.execute(query).all()
+
+    def get_job(self, job_id: int):
+        with self.engine.connect() as conn:
+            return conn.execute(select(jobs).where(jobs.c.id == job_id)).one()
+
+    def count(self, table, *where) -> int:
+        with self.engine.connect() as conn:
+            return conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one()
+
+    def summaries(self) -> list:
+        with self.engine.connect() as conn:
+            return conn.execute(select(daily_summaries).order_by(daily_summaries.c.id)).all()
+
+
+def make_sqlite_db(tmp_path: Path) -> SanDb:
+    url = f"sqlite:///{tmp_path / 'san.sqlite'}"
+    engine = create_san_engine(url)
+    create_schema(engine)
+    return SanDb(url, engine, "sqlite")
+
+
+class PgSchema:
+    """A throw-away schema in the test database, created from the SAN app's own DDL."""
+
+    def __init__(self, app_ddl: bool = True):
+        self.name = f"bp_test_{uuid.uuid4().hex[:12]}"
+        self.admin = create_san_engine(pg_admin_url())
+        with self.admin.begin() as conn:
+            conn.execute(text(f"CREATE SCHEMA {self.name}"))
+        self.url = schema_url(pg_admin_url(), self.name)
+        self.engine = create_san_engine(self.url)
+        if app_ddl:
+            with self.engine.begin() as conn:
+                conn.exec_driver_sql(APP_DDL.read_text())
+        else:
+            create_schema(self.engine)
+
+    def drop(self) -> None:
+        self.engine.dispose()
+        with self.admin.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA {self.name} CASCADE"))
+        self.admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def san_db(request, tmp_path):
+    if request.param == "sqlite":
+        db = make_sqlite_db(tmp_path)
+        yield db
+        db.engine.dispose()
+        return
+    schema = PgSchema(app_ddl=True)
+    try:
+        yield SanDb(schema.url, schema.engine, "postgres")
+    finally:
+        schema.drop()
+
+
+@pytest.fixture
+def pg_db():
+    schema = PgSchema(app_ddl=True)
+    try:
+        yield SanDb(schema.url, schema.engine, "postgres")
+    finally:
+        schema.drop()

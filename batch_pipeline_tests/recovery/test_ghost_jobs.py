@@ -1,0 +1,238 @@
+"""Ghost jobs: PENDING > 30 min / PROCESSING > 1 h -> FAILED + enqueue again."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import text, update
+
+from batch_pipeline.recovery.ghost_jobs import GhostRule, detect_ghost_jobs, recover_ghost_jobs
+from batch_pipeline.san.dispatch import Dispatcher
+from batch_pipeline.san.schema import (
+    CARD_ANALYSIS, COMPLETED, FAILED, JOB_TYPES, PENDING, PROCESSING, SCRAP_REFINE, TIL_GENERATION, jobs,
+)
+
+
+def detect(db, **rule):
+    with db.engine.connect() as conn:
+        return detect_ghost_jobs(conn, GhostRule(now=db.now, **rule))
+
+
+def recover(db, ghosts, dispatcher=None, max_attempts=10, max_enqueue_per_run=5000, batch_size=1000, dry_run=False):
+    return recover_ghost_jobs(
+        db.engine, dispatcher or Dispatcher(), ghosts, GhostRule(now=db.now),
+        max_attempts=max_attempts, max_enqueue_per_run=max_enqueue_per_run, batch_size=batch_size, dry_run=dry_run,
+    )
+
+
+def test_pending_is_a_ghost_after_30_minutes_not_before(san_db):
+    fresh = san_db.job(CARD_ANALYSIS, 1, PENDING, created_at=san_db.ago(minutes=29))
+    stale = san_db.job(CARD_ANALYSIS, 2, PENDING, created_at=san_db.ago(minutes=31))
+    assert detect(san_db)["job_id"].tolist() == [stale]
+    assert fresh not in detect(san_db)["job_id"].tolist()
+
+
+def test_processing_is_a_ghost_after_60_minutes_from_started_at(san_db):
+    running = san_db.job(CARD_ANALYSIS, 1, PROCESSING, created_at=san_db.ago(hours=3), started_at=san_db.ago(minutes=59))
+    stuck = san_db.job(CARD_ANALYSIS, 2, PROCESSING, created_at=san_db.ago(hours=3), started_at=san_db.ago(minutes=61))
+    # started_at decides even when a worker touched updated_at recently
+    stuck_touched = san_db.job(
+        CARD_ANALYSIS, 3, PROCESSING, created_at=san_db.ago(hours=3), started_at=san_db.ago(minutes=61),
+        updated_at=san_db.ago(minutes=1),
+    )
+    found = detect(san_db)["job_id"].tolist()
+    assert running not in found
+    assert sorted(found) == sorted([stuck, stuck_touched])
+
+
+def test_processing_with_null_started_at_ages_from_updated_at(san_db):
+    recent = san_db.job(SCRAP_REFINE, 1, PROCESSING, created_at=san_db.ago(hours=5), updated_at=san_db.ago(minutes=59))
+    old = san_db.job(SCRAP_REFINE, 2, PROCESSING, created_at=san_db.ago(hours=5), updated_at=san_db.ago(minutes=61))
+    ghosts = detect(san_db)
+    assert ghosts["job_id"].tolist() == [old]
+    assert recent not in ghosts["job_id"].tolist()
+
+
+def test_completed_and_failed_jobs_are_never_ghosts(san_db):
+    san_db.job(CARD_ANALYSIS, 1, COMPLETED, created_at=san_db.ago(days=3))
+    san_db.job(CARD_ANALYSIS, 2, FAILED, created_at=san_db.ago(days=3))
+    assert detect(san_db).empty
+
+
+def test_thresholds_are_configurable(san_db):
+    job = san_db.job(CARD_ANALYSIS, 1, PENDING, created_at=san_db.ago(minutes=20))
+    assert detect(san_db).empty
+    assert detect(san_db, stale_pending_after=timedelta(minutes=15))["job_id"].tolist() == [job]
+
+
+def test_every_job_type_is_closed_failed_and_re_enqueued(san_db):
+    ghosts = {job_type: san_db.job(job_type, 7, PENDING, created_at=san_db.ago(minutes=45)) for job_type in JOB_TYPES}
+    stuck = san_db.job(CARD_ANALYSIS, 8, PROCESSING, created_at=san_db.ago(hours=4), started_at=san_db.ago(hours=2))
+    report = recover(san_db, detect(san_db))
+
+    assert report.detected == report.enqueued == 4
+    assert report.skipped_by_race == report.exhausted == report.deferred == 0
+    pairs = {pair["failed_job_id"]: pair for pair in report.recovered}
+    for old_id in [*ghosts.values(), stuck]:
+        old = san_db.get_job(old_id)
+        assert old.status == FAILED
+        assert old.finished_at is not None and old.updated_at is not None
+        new = san_db.get_job(pairs[old_id]["new_job_id"])
+        assert (new.job_type, new.target_id, new.status, new.retry_of_job_id) == (old.job_type, old.target_id, PENDING, old_id)
+        assert new.started_at is None and new.finished_at is None
+    message = san_db.get_job(ghosts[TIL_GENERATION]).error_message
+    assert "stale in PENDING for 45 min" in message and "threshold 30 min" in message
+    assert "stale in PROCESSING for 120 min" in san_db.get_job(stuck).error_message
+    assert "threshold 60 min" in san_db.get_job(stuck).error_message
+
+
+def test_a_second_run_finds_nothing_more(san_db):
+    san_db.job(CARD_ANALYSIS, 1, PENDING, created_at=san_db.ago(hours=1))
+    assert recover(san_db, detect(san_db)).enqueued == 1
+    assert detect(san_db).empty
+
+
+def test_poison_cap_closes_the_ghost_without_a_replacement(san_db):
+    for _ in range(2):
+        san_db.job(CARD_ANALYSIS, 5, FAILED, created_at=san_db.ago(hours=5))
+    ghost = san_db.job(CARD_ANALYSIS, 5, PENDING, created_at=san_db.ago(hours=1))
+    ghosts = detect(san_db)
+    assert ghosts["attempts"].tolist() == [3]
+
+    report = recover(san_db, ghosts, max_attempts=3)
+    assert report.exhausted == 1 and report.exhausted_ids == [ghost]
+    assert report.enqueued == 0
+    assert san_db.get_job(ghost).status == FAILED
+    assert len(san_db.jobs(target_id=5)) == 3
+
+
+def test_max_attempts_zero_is_unlimited(san_db):
+    for _ in range(20):
+        san_db.job(CARD_ANALYSIS, 5, FAILED, created_at=san_db.ago(hours=5))
+    san_db.job(CARD_ANALYSIS, 5, PENDING, created_at=san_db.ago(hours=1))
+    assert recover(san_db, detect(san_db), max_attempts=0).enqueued == 1
+
+
+def test_per_run_cap_takes_the_oldest_and_defers_the_rest_untouched(san_db):
+    ids = [san_db.job(CARD_ANALYSIS, target, PENDING, created_at=san_db.ago(hours=10 - target)) for target in range(5)]
+    report = recover(san_db, detect(san_db), max_enqueue_per_run=2)
+    assert report.enqueued == 2 and report.deferred == 3
+    assert [pair["failed_job_id"] for pair in report.recovered] == ids[:2]
+    assert sorted(report.deferred_ids) == sorted(ids[2:])
+    assert [san_db.get_job(i).status for i in ids] == [FAILED, FAILED, PENDING, PENDING, PENDING]
+    # the next run takes the deferred ones
+    assert recover(san_db, detect(san_db)).enqueued == 3
+
+
+def test_dry_run_writes_nothing(san_db):
+    ghost = san_db.job(CARD_ANALYSIS, 1, PENDING, created_at=san_db.ago(hours=1))
+    report = recover(san_db, detect(san_db), dry_run=True)
+    assert report.dry_run and report.detected == 1 and report.enqueued == 0 and report.recovered == []
+    assert san_db.get_job(ghost).status == PENDING
+    assert len(san_db.jobs()) == 1
+
+
+def test_a_job_a_worker_completes_after_detection_is_not_failed(san_db):
+    finished = san_db.job(CARD_ANALYSIS, 1, PENDING, created_at=san_db.ago(hours=1))
+    restarted = san_db.job(SCRAP_REFINE, 1, PROCESSING, created_at=san_db.ago(hours=3), started_at=san_db.ago(hours=2))
+    other = san_db.job(CARD_ANALYSIS, 2, PENDING, created_at=san_db.ago(hours=1))
+    ghosts = detect(san_db)
+    with san_db.engine.begin() as conn:  # a worker, between detection and write
+        conn.execute(update(jobs).where(jobs.c.id == finished).values(status=COMPLETED, finished_at=san_db.now))
+        conn.execute(update(jobs).where(jobs.c.id == restarted).values(started_at=san_db.now, updated_at=san_db.now))
+
+    report = recover(san_db, ghosts)
+    assert report.skipped_by_race == 2 and report.enqueued == 1
+    assert san_db.get_job(finished).status == COMPLETED
+    assert san_db.get_job(restarted).status == PROCESSING
+    assert san_db.get_job(other).status == FAILED
+    assert len(san_db.jobs()) == 4
+
+
+def test_duplicate_ghosts_of_one_target_get_one_replacement(san_db):
+    first = san_db.job(CARD_ANALYSIS, 9, PENDING, created_at=san_db.ago(hours=2))
+    second = san_db.job(CARD_ANALYSIS, 9, PENDING, created_at=san_db.ago(hours=1))
+    report = recover(san_db, detect(san_db), batch_size=1)  # in different batches
+    assert {san_db.get_job(first).status, san_db.get_job(second).status} == {FAILED}
+    active = [j for j in san_db.jobs(target_id=9) if j.status == PENDING]
+    assert len(active) == 1 and active[0].retry_of_job_id in (first, second)
+    assert report.enqueued == 1
+
+
+def test_a_ghost_whose_target_has_another_active_job_gets_no_second_one(san_db):
+    ghost = san_db.job(CARD_ANALYSIS, 4, PENDING, created_at=san_db.ago(hours=2))
+    live = san_db.job(CARD_ANALYSIS, 4, PENDING, created_at=san_db.ago(minutes=5))
+    report = recover(san_db, detect(san_db))
+    assert san_db.get_job(ghost).status == FAILED
+    assert [j.id for j in san_db.jobs(target_id=4, status=PENDING)] == [live]
+    assert report.enqueued == 0
+
+
+def test_two_overlapping_runs_close_each_ghost_once(san_db):
+    ids = [san_db.job(CARD_ANALYSIS, target, PENDING, created_at=san_db.ago(hours=1)) for target in range(6)]
+    ghosts_a, ghosts_b = detect(san_db), detect(san_db)  # both runs detect before either writes
+    barrier = threading.Barrier(2)
+    reports = []
+
+    def run(ghosts):
+        barrier.wait()
+        reports.append(recover(san_db, ghosts, batch_size=2))
+
+    threads = [threading.Thread(target=run, args=(g,)) for g in (ghosts_a, ghosts_b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert sum(r.enqueued for r in reports) == 6
+    assert sum(r.skipped_by_race for r in reports) == 6
+    for target in range(6):
+        rows = san_db.jobs(target_id=target)
+        assert [r.status for r in rows] == [FAILED, PENDING]
+        assert rows[1].retry_of_job_id == ids[target]
+
+
+class DiesOnBatch(Dispatcher):
+    """Dies inside the n-th batch transaction, after its UPDATE and INSERT ran."""
+
+    def __init__(self, n: int):
+        self.n, self.calls = n, 0
+
+    def announce_in_transaction(self, conn, new_jobs):
+        self.calls += 1
+        if self.calls == self.n:
+            raise RuntimeError("worker process killed")
+
+
+def test_a_crash_between_batches_leaves_no_ghost_without_a_replacement(san_db):
+    ids = [san_db.job(CARD_ANALYSIS, target, PENDING, created_at=san_db.ago(hours=1)) for target in range(6)]
+    with pytest.raises(RuntimeError, match="killed"):
+        recover(san_db, detect(san_db), dispatcher=DiesOnBatch(2), batch_size=2)
+
+    statuses = [san_db.get_job(i).status for i in ids]
+    assert statuses == [FAILED, FAILED, PENDING, PENDING, PENDING, PENDING]  # batch 1 whole, batch 2 rolled back
+    for failed in san_db.jobs(status=FAILED):
+        assert len(san_db.jobs(retry_of_job_id=failed.id)) == 1
+    assert len(san_db.jobs()) == 8
+
+    report = recover(san_db, detect(san_db))  # the next run finishes the work
+    assert report.enqueued == 4
+    assert all(san_db.get_job(i).status == FAILED for i in ids)
+    assert len(san_db.jobs(status=PENDING)) == 6
+
+
+def test_a_job_locked_by_a_worker_is_skipped_not_waited_for(pg_db):
+    locked = pg_db.job(CARD_ANALYSIS, 1, PENDING, created_at=pg_db.ago(hours=1))
+    free = pg_db.job(CARD_ANALYSIS, 2, PENDING, created_at=pg_db.ago(hours=1))
+    ghosts = detect(pg_db)
+    worker = pg_db.engine.connect()
+    transaction = worker.begin()
+    worker.execute(text("SELECT id FROM jobs WHERE id = :id FOR UPDATE"), {"id": locked})
+    try:
+        report = recover(pg_db, ghosts)
+    finally:
+        transaction.rollback()
+        worker.close()
+    assert report.skipped_by_race == 1 and report.enqueued == 1
+    assert pg_db.get_job(locked).status == PENDING
+    assert pg_db.get_job(free).status == FAILED

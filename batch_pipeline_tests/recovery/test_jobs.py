@@ -1,0 +1,164 @@
+"""recovery_job through Dagster: order, audit trail in the instance, config and input errors."""
+
+import json
+
+import psycopg
+import pytest
+from dagster import AssetKey, DagsterInstance
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from batch_pipeline.definitions import defs
+from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
+from batch_pipeline.san.schema import CARD_ANALYSIS, FAILED, PENDING, PROCESSING, SCRAP_REFINE
+
+AREAS = ["ghost_job_recovery", "orphan_scrap_recovery", "orphan_scrap_refine_recovery"]
+
+
+def run_recovery(db, instance=None, config=None, dispatcher=None, url=None):
+    instance = instance or DagsterInstance.ephemeral()
+    result = defs.resolve_job_def("recovery_job").execute_in_process(
+        run_config={"ops": {"check_san_database": {"config": config or {}}}},
+        resources={
+            "san_database": SanDatabase(url=url or db.url),
+            "job_dispatcher": JobDispatcherResource(kind=dispatcher or "none"),
+        },
+        instance=instance,
+        raise_on_error=False,
+    )
+    return result, instance
+
+
+def latest_metadata(instance, area):
+    event = instance.get_latest_materialization_event(AssetKey(area))
+    assert event is not None, f"no materialization of {area}"
+    return {key: value.value for key, value in event.asset_materialization.metadata.items()}
+
+
+def broken_state(db):
+    user = db.user()
+    ghost_scrap = db.scrap(user, created_at=db.ago(hours=3))  # its CARD_ANALYSIS is stuck
+    ghost = db.job(CARD_ANALYSIS, ghost_scrap, PROCESSING, created_at=db.ago(hours=3), started_at=db.ago(hours=2))
+    orphan = db.scrap(user, created_at=db.ago(hours=3))
+    unrefined = db.scrap(user, created_at=db.ago(hours=3), refined=False, card=True)
+    db.scrap(user, created_at=db.ago(hours=3), card=True)  # healthy
+    return ghost, ghost_scrap, orphan, unrefined
+
+
+def test_recovery_job_heals_every_area_and_records_the_audit_trail(san_db):
+    ghost, ghost_scrap, orphan, unrefined = broken_state(san_db)
+    result, instance = run_recovery(san_db)
+    assert result.success
+
+    ghost_meta = latest_metadata(instance, "ghost_job_recovery")
+    assert (ghost_meta["detected"], ghost_meta["enqueued"], ghost_meta["exhausted"], ghost_meta["deferred"]) == (1, 1, 0, 0)
+    [pair] = ghost_meta["recovered"]
+    assert pair["failed_job_id"] == ghost and san_db.get_job(ghost).status == FAILED
+    assert san_db.get_job(pair["new_job_id"]).retry_of_job_id == ghost
+    assert ghost_meta["thresholds"]["stale_pending_after_minutes"] == 30
+
+    # the ghost's scrap has an active job again, so orphan recovery leaves it alone
+    orphan_meta = latest_metadata(instance, "orphan_scrap_recovery")
+    assert [p["scrap_id"] for p in orphan_meta["recovered"]] == [orphan]
+    assert san_db.get_job(orphan_meta["recovered"][0]["new_job_id"]).job_type == CARD_ANALYSIS
+    assert len([j for j in san_db.jobs(target_id=ghost_scrap, job_type=CARD_ANALYSIS) if j.status == PENDING]) == 1
+
+    refine_meta = latest_metadata(instance, "orphan_scrap_refine_recovery")
+    assert [p["scrap_id"] for p in refine_meta["recovered"]] == [unrefined]
+    assert refine_meta["dry_run"] is False
+    assert len(san_db.jobs(status=PENDING)) == 3
+
+
+def test_a_run_that_finds_nothing_records_zeros(san_db):
+    result, instance = run_recovery(san_db)
+    assert result.success
+    for area in AREAS:
+        meta = latest_metadata(instance, area)
+        assert (meta["detected"], meta["enqueued"], meta["exhausted"], meta["deferred"], meta["skipped_by_race"]) == (0,) * 5
+        assert meta["recovered"] == []
+
+
+def test_steps_run_in_the_design_order(san_db):
+    result, _ = run_recovery(san_db)
+    order = [event.step_key for event in result.all_events if event.event_type_value == "STEP_START"]
+    assert order == [
+        "check_san_database", "detect_ghost_jobs", "recover_ghost_jobs", "detect_orphan_scraps",
+        "recover_orphan_scraps", "detect_unrefined_scraps", "recover_unrefined_scraps",
+    ]
+
+
+def test_dry_run_writes_nothing_but_reports(san_db):
+    broken_state(san_db)
+    before = san_db.jobs()
+    result, instance = run_recovery(san_db, config={"dry_run": True})
+    assert result.success
+    assert san_db.jobs() == before
+    for area in AREAS:
+        meta = latest_metadata(instance, area)
+        assert meta["dry_run"] is True and meta["detected"] == 1 and meta["enqueued"] == 0
+
+
+def failure_message(result) -> str:
+    [failure] = [event for event in result.all_events if event.event_type_value == "STEP_FAILURE"]
+    assert failure.step_key == "check_san_database"
+    error = failure.step_failure_data.error
+    return error.message + (error.cause.message if error.cause else "")
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("stale_pending_after_minutes", 0), ("stale_processing_after_minutes", -5), ("orphan_min_age_minutes", 0),
+     ("max_attempts", -1), ("max_enqueue_per_run", 0), ("batch_size", 0)],
+)
+def test_an_invalid_threshold_fails_first_naming_the_field(san_db, field, value):
+    broken_state(san_db)
+    before = san_db.jobs()
+    result, _ = run_recovery(san_db, config={field: value})
+    assert not result.success
+    assert field in failure_message(result)
+    assert san_db.jobs() == before
+    assert [e.step_key for e in result.all_events if e.event_type_value == "STEP_START"] == ["check_san_database"]
+
+
+def test_an_unreachable_database_fails_first_with_a_clear_error(tmp_path):
+    result, _ = run_recovery(None, url="postgresql+psycopg://postgres@127.0.0.1:1/san")
+    assert not result.success
+    assert "cannot connect to the SAN database at postgresql+psycopg://postgres@127.0.0.1:1/san" in failure_message(result)
+    assert [e.step_key for e in result.all_events if e.event_type_value == "STEP_START"] == ["check_san_database"]
+
+
+def test_a_missing_column_fails_first_and_writes_nothing(pg_db):
+    broken_state(pg_db)
+    with pg_db.engine.begin() as conn:
+        conn.execute(text("ALTER TABLE scraps DROP COLUMN refined_content"))
+    before = pg_db.jobs()
+    result, _ = run_recovery(pg_db)
+    assert not result.success
+    assert "column 'scraps.refined_content' is missing" in failure_message(result)
+    assert pg_db.jobs() == before
+
+
+def test_an_unknown_dispatcher_fails_first(san_db):
+    result, _ = run_recovery(san_db, dispatcher="carrier-pigeon")
+    assert not result.success
+    assert "SAN_JOB_DISPATCHER='carrier-pigeon' is not a dispatcher" in failure_message(result)
+
+
+def test_pg_notify_is_the_default_on_postgres_and_announces_every_new_job(pg_db):
+    broken_state(pg_db)
+    url = make_url(pg_db.url)
+    listener = psycopg.connect(host=url.host, port=url.port or 5432, user=url.username, dbname=url.database, autocommit=True)
+    listener.execute("LISTEN san_jobs")
+    try:
+        instance = DagsterInstance.ephemeral()
+        result = defs.resolve_job_def("recovery_job").execute_in_process(
+            resources={"san_database": SanDatabase(url=pg_db.url), "job_dispatcher": JobDispatcherResource()},
+            instance=instance,
+        )
+        payloads = [json.loads(n.payload) for n in listener.notifies(timeout=2, stop_after=3)]
+    finally:
+        listener.close()
+    assert result.success
+    created = {(j.id, j.job_type, j.target_id) for j in pg_db.jobs(status=PENDING)}
+    assert {(p["job_id"], p["job_type"], p["target_id"]) for p in payloads} == created
+    assert {p["job_type"] for p in payloads} == {CARD_ANALYSIS, SCRAP_REFINE}

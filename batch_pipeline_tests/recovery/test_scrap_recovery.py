@@ -1,0 +1,124 @@
+"""What orphan and unrefined recovery share, tested for both rules."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+
+from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
+from batch_pipeline.recovery.scrap_recovery import detect_scraps, recover_scraps
+from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
+from batch_pipeline.san.dispatch import Dispatcher
+from batch_pipeline.san.schema import COMPLETED, FAILED, PENDING, PROCESSING
+
+RULES = pytest.mark.parametrize("rule", [ORPHAN_SCRAPS, UNREFINED_SCRAPS], ids=["orphan", "unrefined"])
+
+
+def needy_scrap(db, rule, user, **kwargs):
+    """A scrap that needs `rule.job_type`: no card for orphan, unrefined for refine."""
+    if rule is ORPHAN_SCRAPS:
+        return db.scrap(user, card=False, refined=True, **kwargs)
+    return db.scrap(user, card=True, refined=False, **kwargs)
+
+
+def detect(db, rule, min_age=timedelta(minutes=10)):
+    with db.engine.connect() as conn:
+        return detect_scraps(conn, rule, now=db.now, min_age=min_age)
+
+
+def recover(db, rule, candidates, max_attempts=10, max_enqueue_per_run=5000, batch_size=1000, dry_run=False):
+    return recover_scraps(
+        db.engine, Dispatcher(), rule, candidates, now=db.now, thresholds={}, max_attempts=max_attempts,
+        max_enqueue_per_run=max_enqueue_per_run, batch_size=batch_size, dry_run=dry_run,
+    )
+
+
+@RULES
+def test_grace_period_leaves_young_scraps_alone(san_db, rule):
+    user = san_db.user()
+    young = needy_scrap(san_db, rule, user, created_at=san_db.ago(minutes=9))
+    old = needy_scrap(san_db, rule, user, created_at=san_db.ago(minutes=11))
+    assert detect(san_db, rule)["scrap_id"].tolist() == [old]
+    assert young in detect(san_db, rule, min_age=timedelta(minutes=5))["scrap_id"].tolist()
+
+
+@RULES
+def test_an_active_job_belongs_to_ghost_recovery(san_db, rule):
+    user = san_db.user()
+    pending = needy_scrap(san_db, rule, user)
+    processing = needy_scrap(san_db, rule, user)
+    only_history = needy_scrap(san_db, rule, user)
+    san_db.job(rule.job_type, pending, PENDING, created_at=san_db.ago(hours=5))
+    san_db.job(rule.job_type, processing, PROCESSING, created_at=san_db.ago(hours=5), started_at=san_db.ago(hours=5))
+    san_db.job(rule.job_type, only_history, FAILED, created_at=san_db.ago(hours=5))
+    san_db.job(rule.job_type, only_history, COMPLETED, created_at=san_db.ago(hours=4))
+    # an active job of the *other* type does not count
+    other_type = next(t for t in ("CARD_ANALYSIS", "SCRAP_REFINE") if t != rule.job_type)
+    other = needy_scrap(san_db, rule, user)
+    san_db.job(other_type, other, PENDING)
+
+    found = detect(san_db, rule)
+    assert sorted(found["scrap_id"].tolist()) == sorted([only_history, other])
+    assert found.set_index("scrap_id").loc[only_history, "attempts"] == 2
+
+
+@RULES
+def test_recovery_enqueues_one_pending_job_per_scrap(san_db, rule):
+    user = san_db.user()
+    ids = [needy_scrap(san_db, rule, user, created_at=san_db.ago(hours=h)) for h in (3, 2, 1)]
+    report = recover(san_db, rule, detect(san_db, rule))
+    assert report.detected == report.enqueued == 3
+    assert [pair["scrap_id"] for pair in report.recovered] == ids  # oldest first
+    for pair in report.recovered:
+        job = san_db.get_job(pair["new_job_id"])
+        assert (job.job_type, job.target_id, job.status, job.retry_of_job_id) == (rule.job_type, pair["scrap_id"], PENDING, None)
+    assert detect(san_db, rule).empty
+
+
+@RULES
+def test_poison_cap_reports_exhausted_and_enqueues_nothing(san_db, rule):
+    user = san_db.user()
+    poison = needy_scrap(san_db, rule, user)
+    healthy = needy_scrap(san_db, rule, user)
+    for _ in range(3):
+        san_db.job(rule.job_type, poison, FAILED, created_at=san_db.ago(hours=5))
+    report = recover(san_db, rule, detect(san_db, rule), max_attempts=3)
+    assert report.exhausted == 1 and report.exhausted_ids == [poison]
+    assert [pair["scrap_id"] for pair in report.recovered] == [healthy]
+    assert len(san_db.jobs(target_id=poison)) == 3
+    assert recover(san_db, rule, detect(san_db, rule), max_attempts=0).enqueued == 1  # 0 = unlimited
+
+
+@RULES
+def test_per_run_cap_and_dry_run(san_db, rule):
+    user = san_db.user()
+    ids = [needy_scrap(san_db, rule, user, created_at=san_db.ago(hours=10 - h)) for h in range(5)]
+    dry = recover(san_db, rule, detect(san_db, rule), max_enqueue_per_run=2, dry_run=True)
+    assert (dry.detected, dry.enqueued, dry.deferred) == (5, 0, 3)
+    assert san_db.jobs() == []
+
+    report = recover(san_db, rule, detect(san_db, rule), max_enqueue_per_run=2, batch_size=1)
+    assert report.enqueued == 2 and report.deferred_ids == ids[2:] and report.batches == 2
+    assert sorted(j.target_id for j in san_db.jobs()) == ids[:2]
+    assert recover(san_db, rule, detect(san_db, rule)).enqueued == 3
+
+
+@RULES
+def test_two_overlapping_runs_enqueue_each_scrap_once(san_db, rule):
+    user = san_db.user()
+    ids = [needy_scrap(san_db, rule, user) for _ in range(8)]
+    frames = [detect(san_db, rule), detect(san_db, rule)]
+    barrier = threading.Barrier(2)
+    reports = []
+
+    def run(frame):
+        barrier.wait()
+        reports.append(recover(san_db, rule, frame, batch_size=3))
+
+    threads = [threading.Thread(target=run, args=(f,)) for f in frames]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(j.target_id for j in san_db.jobs()) == ids
+    assert sum(r.enqueued for r in reports) == 8 and sum(r.skipped_by_race for r in reports) == 8

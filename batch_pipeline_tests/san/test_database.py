@@ -1,0 +1,70 @@
+"""Bad input names the problem: a wrong URL, an unreachable server, a missing table or column."""
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from batch_pipeline.san.database import SanConnectionError, check_connection, create_san_engine
+from batch_pipeline.san.schema import (
+    SanSchemaError, create_recommended_indexes, missing_recommended_indexes, verify_schema,
+)
+from batch_pipeline_tests.conftest import APP_DDL, PgSchema
+
+SHARED_DDL = Path(__file__).resolve().parents[3] / "shared" / "san_app_schema.sql"
+
+
+def test_malformed_url_is_named():
+    with pytest.raises(SanConnectionError, match="not a valid SQLAlchemy URL"):
+        create_san_engine("not a url")
+
+
+def test_unsupported_database_is_named():
+    with pytest.raises(SanConnectionError, match="names the 'mysql' database"):
+        create_san_engine("mysql://root@127.0.0.1/san")
+
+
+def test_unreachable_server_is_named_without_the_password():
+    engine = create_san_engine("postgresql+psycopg://san:secret@127.0.0.1:1/san")
+    with pytest.raises(SanConnectionError) as error:
+        check_connection(engine)
+    assert "cannot connect to the SAN database at postgresql+psycopg://san:***@127.0.0.1:1/san" in str(error.value)
+    assert "secret" not in str(error.value)
+
+
+def test_the_app_ddl_and_our_schema_both_verify(san_db):
+    with san_db.engine.connect() as conn:
+        verify_schema(conn)
+
+
+def test_missing_table_and_column_are_named(pg_db):
+    with pg_db.engine.begin() as conn:
+        conn.execute(text("ALTER TABLE jobs DROP COLUMN retry_of_job_id"))
+        conn.execute(text("DROP TABLE daily_summaries"))
+    with pg_db.engine.connect() as conn, pytest.raises(SanSchemaError) as error:
+        verify_schema(conn)
+    assert "column 'jobs.retry_of_job_id' is missing" in str(error.value)
+    assert "table 'daily_summaries' is missing" in str(error.value)
+
+
+def test_recommended_indexes_are_idempotent(san_db):
+    with san_db.engine.connect() as conn:
+        assert len(missing_recommended_indexes(conn)) == 4  # the app's DDL has none of them
+    create_recommended_indexes(san_db.engine)
+    create_recommended_indexes(san_db.engine)  # again: nothing happens
+    with san_db.engine.connect() as conn:
+        assert missing_recommended_indexes(conn) == []
+
+
+def test_batch_pipeline_schema_on_postgres_verifies():
+    schema = PgSchema(app_ddl=False)
+    try:
+        with schema.engine.connect() as conn:
+            verify_schema(conn)
+    finally:
+        schema.drop()
+
+
+@pytest.mark.skipif(not SHARED_DDL.exists(), reason="no ../shared beside this checkout")
+def test_bundled_app_ddl_is_the_shared_one():
+    assert APP_DDL.read_text() == SHARED_DDL.read_text()

@@ -1,0 +1,48 @@
+"""The code location: what `dagster dev` loads, the schedule, the instance config."""
+
+import shutil
+from datetime import datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from dagster import DagsterInstance, DefaultScheduleStatus, build_schedule_context
+
+from batch_pipeline.definitions import build_definitions, defs
+from batch_pipeline.san.timezone import TimezoneConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_definitions_expose_the_job_assets_and_resources():
+    assert defs.resolve_job_def("recovery_job").tags["batch_pipeline/concurrency"] == "recovery_job"
+    specs = {spec.key.to_user_string(): spec for spec in defs.resolve_all_asset_specs()}
+    for area in ("ghost_job_recovery", "orphan_scrap_recovery", "orphan_scrap_refine_recovery"):
+        assert specs[area].group_name == "san_recovery" and specs[area].description
+
+
+def test_recovery_schedule_runs_every_two_hours_in_seoul_by_default(monkeypatch):
+    monkeypatch.delenv("SAN_TIMEZONE", raising=False)
+    schedule = build_definitions().resolve_schedule_def("recovery_schedule")
+    assert schedule.cron_schedule == "0 */2 * * *"
+    assert schedule.execution_timezone == "Asia/Seoul"
+    assert schedule.default_status == DefaultScheduleStatus.RUNNING
+    assert schedule.job_name == "recovery_job"
+    context = build_schedule_context(scheduled_execution_time=datetime(2026, 11, 30, 2, 0, tzinfo=ZoneInfo("Asia/Seoul")))
+    [request] = schedule.evaluate_tick(context).run_requests
+    assert "ops" not in request.run_config  # scheduled runs use the design's defaults
+
+
+def test_san_timezone_overrides_and_an_unknown_zone_is_named(monkeypatch):
+    monkeypatch.setenv("SAN_TIMEZONE", "America/New_York")
+    assert build_definitions().resolve_schedule_def("recovery_schedule").execution_timezone == "America/New_York"
+    monkeypatch.setenv("SAN_TIMEZONE", "Mars/Olympus_Mons")
+    with pytest.raises(TimezoneConfigError, match="SAN_TIMEZONE='Mars/Olympus_Mons' is not a known IANA time zone"):
+        build_definitions()
+
+
+def test_dagster_yaml_queues_recovery_runs_one_at_a_time(tmp_path):
+    shutil.copy(ROOT / "dagster.yaml", tmp_path / "dagster.yaml")
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
+    assert {"key": "batch_pipeline/concurrency", "value": "recovery_job", "limit": 1} in limits
