@@ -2,13 +2,12 @@
 
 from datetime import timedelta
 
-from dagster import Config
 from pydantic import Field
 
-from batch_pipeline.san.database import WriteLimits
+from batch_pipeline.san.config import WriteConfig
 
 
-class RecoveryConfig(Config):
+class RecoveryConfig(WriteConfig):
     """Thresholds and caps for one recovery run (set in the Launchpad under ops.check_san_database)."""
 
     stale_pending_after_minutes: int = Field(
@@ -26,14 +25,6 @@ class RecoveryConfig(Config):
     max_enqueue_per_run: int = Field(
         default=5_000, gt=0, description="At most this many new jobs per area and run, oldest first; the rest is deferred."
     )
-    batch_size: int = Field(
-        default=1_000, gt=0, le=10_000, description="Rows per write transaction."
-    )
-    lock_timeout_ms: int = Field(default=5_000, gt=0, description="PostgreSQL lock_timeout per write batch.")
-    statement_timeout_ms: int = Field(
-        default=120_000, gt=0, description="PostgreSQL statement_timeout per write batch."
-    )
-    dry_run: bool = Field(default=False, description="Detect and report; write nothing.")
 
     @property
     def stale_pending_after(self) -> timedelta:
@@ -47,6 +38,3 @@ class RecoveryConfig(Config):
     def orphan_min_age(self) -> timedelta:
         return timedelta(minutes=self.orphan_min_age_minutes)
 
-    @property
-    def write_limits(self) -> WriteLimits:
-        return WriteLimits(lock_timeout_ms=self.lock_timeout_ms, statement_timeout_ms=self.statement_timeout_ms)

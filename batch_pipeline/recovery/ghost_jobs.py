@@ -105,7 +105,9 @@ def _minutes_since(conn: Connection, column: ColumnElement, now: datetime) -> Co
     instant = literal(now, Timestamp)
     if conn.dialect.name == "postgresql":
         return cast(func.floor(func.extract("epoch", instant - column) / 60), Integer)
-    return cast((func.julianday(instant) - func.julianday(column)) * 1440, Integer)
+    # julianday() is a float: round to whole seconds first, so 120 min is not 119.9999 min.
+    seconds = cast(func.round((func.julianday(instant) - func.julianday(column)) * 86400), Integer)
+    return seconds // 60
 
 
 def _failure_message(conn: Connection, rule: GhostRule) -> ColumnElement:

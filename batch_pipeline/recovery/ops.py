@@ -1,23 +1,10 @@
 """Dagster ops of recovery_job: thin wrappers over the plain functions of each area.
 
-The run config is given once, to `check_san_database`, which validates it and passes it on to
-every other op as the `settings` input (so thresholds sit in one place in the Launchpad).
+The run config is given once, to `check_san_database` (san/ops.py), which validates it and
+passes it on to every other op as the `settings` input.
 """
 
-import warnings
-
-from dagster import (
-    AssetMaterialization,
-    Backoff,
-    In,
-    MetadataValue,
-    Nothing,
-    OpExecutionContext,
-    Out,
-    RetryPolicy,
-    op,
-)
-from dagster import ConfigArgumentWarning
+from dagster import AssetMaterialization, In, Nothing, OpExecutionContext, Out, op
 
 from batch_pipeline.recovery import ghost_jobs
 from batch_pipeline.recovery.config import RecoveryConfig
@@ -26,25 +13,15 @@ from batch_pipeline.recovery.plan import RecoveryReport
 from batch_pipeline.recovery.scrap_recovery import ScrapRecoveryRule, detect_scraps, recover_scraps
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
 from batch_pipeline.san.database import utc_now
+from batch_pipeline.san.ops import DATABASE_RETRY, as_metadata, san_database_check_op
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
-
-# `settings` is an input that happens to be a Config object, not a second config parameter.
-warnings.filterwarnings("ignore", category=ConfigArgumentWarning, message="Parameter 'settings'")
-
-# A dropped connection or a lock timeout is worth another try; config errors are raised as
-# Failure(allow_retries=False) and fail at once.
-DATABASE_RETRY = RetryPolicy(max_retries=2, delay=10, backoff=Backoff.EXPONENTIAL)
 
 GhostJobsType = ghost_jobs.GHOST_JOBS.dagster_type()
 
 
 def record_audit(context: OpExecutionContext, report: RecoveryReport) -> None:
     """The audit trail: one materialization per area and run, zeros included."""
-    metadata = {
-        key: MetadataValue.json(value) if isinstance(value, (list, dict)) else value
-        for key, value in report.metadata().items()
-    }
-    context.log_event(AssetMaterialization(asset_key=report.area, metadata=metadata))
+    context.log_event(AssetMaterialization(asset_key=report.area, metadata=as_metadata(report.metadata())))
     context.log.info(
         f"{report.area}: detected {report.detected}, enqueued {report.enqueued}, exhausted "
         f"{report.exhausted}, deferred {report.deferred}, skipped by race {report.skipped_by_race}"
@@ -52,14 +29,7 @@ def record_audit(context: OpExecutionContext, report: RecoveryReport) -> None:
     )
 
 
-@op(description="Validate the run config, connect to the SAN database and check its tables and columns.")
-def check_san_database(
-    context: OpExecutionContext, config: RecoveryConfig, san_database: SanDatabase, job_dispatcher: JobDispatcherResource
-) -> RecoveryConfig:
-    engine = san_database.open_verified()
-    dispatcher = job_dispatcher.for_database(engine)
-    context.log.info(f"SAN database {engine.url.render_as_string(hide_password=True)}; dispatcher {dispatcher.kind}")
-    return config
+check_san_database = san_database_check_op(RecoveryConfig)
 
 
 @op(out=Out(GhostJobsType), retry_policy=DATABASE_RETRY, description=ghost_jobs.__doc__)

@@ -1,0 +1,19 @@
+"""Run config every writing job shares: batch size, timeouts and dry run."""
+
+from dagster import Config
+from pydantic import Field
+
+from batch_pipeline.san.database import WriteLimits
+
+
+class WriteConfig(Config):
+    batch_size: int = Field(default=1_000, gt=0, le=10_000, description="Rows per write transaction.")
+    lock_timeout_ms: int = Field(default=5_000, gt=0, description="PostgreSQL lock_timeout per write batch.")
+    statement_timeout_ms: int = Field(
+        default=120_000, gt=0, description="PostgreSQL statement_timeout per write batch."
+    )
+    dry_run: bool = Field(default=False, description="Detect and report; write nothing.")
+
+    @property
+    def write_limits(self) -> WriteLimits:
+        return WriteLimits(lock_timeout_ms=self.lock_timeout_ms, statement_timeout_ms=self.statement_timeout_ms)

@@ -1,0 +1,47 @@
+"""The first op of every job: validate the run config and the SAN database before any write.
+
+Its output is the validated config, passed to the job's other ops as their `settings` input, so
+the Launchpad takes every setting in one place: `ops.check_san_database.config`.
+"""
+
+import warnings
+
+from dagster import Backoff, Config, ConfigArgumentWarning, MetadataValue, OpExecutionContext, RetryPolicy, op
+
+from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
+
+# `settings` is an input that happens to be a Config object, not a second config parameter.
+warnings.filterwarnings("ignore", category=ConfigArgumentWarning, message="Parameter 'settings'")
+
+# A dropped connection or a lock timeout is worth another try; config and input errors are
+# raised as Failure(allow_retries=False) and fail at once.
+DATABASE_RETRY = RetryPolicy(max_retries=2, delay=10, backoff=Backoff.EXPONENTIAL)
+
+
+def as_metadata(values: dict) -> dict:
+    """Numbers stay numbers (the UI plots them over runs); lists and dicts become JSON."""
+    return {key: MetadataValue.json(v) if isinstance(v, (list, dict)) else v for key, v in values.items()}
+
+
+def san_database_check_op(config_class: type[Config]):
+    """`check_san_database` for a job whose run config is `config_class`.
+
+    A config value out of range fails here (pydantic names the field); so do a bad URL, an
+    unreachable server, a missing table or column and an unknown dispatcher. No retries: the
+    same input gives the same error.
+    """
+
+    @op(
+        name="check_san_database",
+        description="Validate the run config, connect to the SAN database and check its tables and columns.",
+    )
+    def check_san_database(
+        context: OpExecutionContext, config: config_class, san_database: SanDatabase,
+        job_dispatcher: JobDispatcherResource,
+    ) -> config_class:
+        engine = san_database.open_verified()
+        dispatcher = job_dispatcher.for_database(engine)
+        context.log.info(f"SAN database {engine.url.render_as_string(hide_password=True)}; dispatcher {dispatcher.kind}")
+        return config
+
+    return check_san_database
