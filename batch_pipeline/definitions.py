@@ -9,6 +9,10 @@ from batch_pipeline.recovery.jobs import recovery_job
 from batch_pipeline.recovery.schedules import recovery_schedule
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.timezone import san_timezone_name
+from batch_pipeline.til.assets import til_asset
+from batch_pipeline.til.jobs import build_til_job
+from batch_pipeline.til.partitions import til_partitions
+from batch_pipeline.til.schedules import til_schedule
 
 
 def _from_env(name: str):
@@ -28,10 +32,12 @@ def san_resources() -> dict:
 
 def build_definitions() -> Definitions:
     timezone = san_timezone_name()
+    days = til_partitions(timezone)
+    til_job = build_til_job(days)
     return Definitions(
-        assets=recovery_assets,
-        jobs=[recovery_job],
-        schedules=[recovery_schedule(timezone)],
+        assets=[*recovery_assets, til_asset(days)],
+        jobs=[recovery_job, til_job],
+        schedules=[recovery_schedule(timezone), til_schedule(til_job)],
         resources=san_resources(),
     )
 

@@ -15,7 +15,7 @@ warnings.filterwarnings("ignore", category=ConfigArgumentWarning, message="Param
 
 # A dropped connection or a lock timeout is worth another try; config and input errors are
 # raised as Failure(allow_retries=False) and fail at once.
-DATABASE_RETRY = RetryPolicy(max_retries=2, delay=10, backoff=Backoff.EXPONENTIAL)
+DATABASE_RETRY = RetryPolicy(max_retries=2, delay=3, backoff=Backoff.EXPONENTIAL)
 
 
 def as_metadata(values: dict) -> dict:

@@ -1,0 +1,162 @@
+"""TIL auto-generation: every user with cards from day D -> new DailySummary + enqueue(TIL_GENERATION).
+
+Active users of D: users with at least one scrap created during D (00:00 to 24:00 in SAN's time
+zone) that has a knowledge card, whenever the card itself was made; a scrap saved at 23:59 whose
+card came at 00:40 counts for D. Users whose scraps of D have no card yet are not included and
+are reported as waiting for cards.
+
+A TIL is created even if the user already has one for D (the design allows several per day),
+but one run never creates two for the same user: a run's summaries carry the run's start
+instant as `created_at`, so a retried op or a run re-executed from failure finds the users it
+already did and skips them.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+import pandas as pd
+from sqlalchemy import and_, func, insert, select
+from sqlalchemy.engine import Connection, Engine
+
+from batch_pipeline.san.database import WriteLimits
+from batch_pipeline.san.dispatch import Dispatcher, NewJob
+from batch_pipeline.san.enqueue import EnqueueRequest, enqueue_jobs, run_in_batches
+from batch_pipeline.san.frames import INT, FrameSchema
+from batch_pipeline.san.schema import TIL_GENERATION, daily_summaries, knowledge_cards, scraps
+
+AREA = "til_auto_generation"
+
+USERS_OF_DAY = FrameSchema(
+    name="TilUsersOfDay",
+    description="Every user with scraps created on day D: how many, and how many of them have a card.",
+    columns={"user_id": INT, "scrap_count": INT, "card_count": INT},
+)
+
+
+def day_bounds(day: date, zone: str) -> tuple[datetime, datetime]:
+    """D's [start, end) as UTC instants: midnight to midnight in `zone` (23 or 25 h across DST).
+
+    Comparing `created_at` to two instants lets PostgreSQL use an index on scraps.created_at;
+    casting `created_at AT TIME ZONE … ::date` would not.
+    """
+    tz = ZoneInfo(zone)
+    start = datetime.combine(day, time(0), tzinfo=tz)
+    end = datetime.combine(day + timedelta(days=1), time(0), tzinfo=tz)
+    return start.astimezone(timezone.utc), end.astimezone(timezone.utc)
+
+
+def users_of_day_query(start: datetime, end: datetime):
+    return (
+        select(
+            scraps.c.user_id,
+            func.count(scraps.c.id).label("scrap_count"),
+            func.count(knowledge_cards.c.id).label("card_count"),
+        )
+        .select_from(scraps.outerjoin(knowledge_cards, knowledge_cards.c.scrap_id == scraps.c.id))
+        .where(scraps.c.created_at >= start, scraps.c.created_at < end)
+        .group_by(scraps.c.user_id)
+        .order_by(scraps.c.user_id)
+    )
+
+
+def detect_users_of_day(conn: Connection, start: datetime, end: datetime) -> pd.DataFrame:
+    """Every user with scraps in [start, end); active ones have card_count > 0."""
+    return USERS_OF_DAY.from_rows(conn.execute(users_of_day_query(start, end)))
+
+
+def users_done_in_run(conn: Connection, day: date, run_started_at: datetime) -> set[int]:
+    """Users this run (or an earlier attempt of it) already gave a summary for D."""
+    query = select(daily_summaries.c.user_id).where(
+        and_(daily_summaries.c.target_date == day, daily_summaries.c.created_at == run_started_at)
+    )
+    return set(conn.execute(query).scalars())
+
+
+INSERT_SUMMARIES = insert(daily_summaries).returning(
+    daily_summaries.c.id, daily_summaries.c.user_id, sort_by_parameter_order=True
+)
+
+
+def create_batch(
+    conn: Connection, user_ids: Sequence[int], day: date, run_started_at: datetime, now: datetime
+) -> tuple[tuple[list, list[NewJob]], list[NewJob]]:
+    """One transaction: the summaries and their TIL_GENERATION jobs, so a summary never exists
+    without its job."""
+    rows = [{"user_id": int(u), "target_date": day, "content": None, "created_at": run_started_at} for u in user_ids]
+    summaries = conn.execute(INSERT_SUMMARIES, rows).all()
+    outcome = enqueue_jobs(
+        conn, TIL_GENERATION, [EnqueueRequest(s.id) for s in summaries], now=now, max_attempts=0
+    )
+    return (summaries, outcome.created), outcome.created
+
+
+@dataclass
+class TilReport:
+    day: date
+    day_start_utc: datetime
+    day_end_utc: datetime
+    dry_run: bool
+    active_users: int = 0
+    users_waiting_for_cards: int = 0
+    already_done_in_run: int = 0
+    summaries_created: int = 0
+    jobs_created: int = 0
+    announce_failures: int = 0
+    summary_ids: list[int] = field(default_factory=list)
+    job_ids: list[int] = field(default_factory=list)
+
+    def metadata(self) -> dict:
+        return {
+            "active_users": self.active_users,
+            "summaries_created": self.summaries_created,
+            "jobs_created": self.jobs_created,
+            "users_waiting_for_cards": self.users_waiting_for_cards,
+            "already_done_in_run": self.already_done_in_run,
+            "announce_failures": self.announce_failures,
+            "dry_run": self.dry_run,
+            "summary_ids": self.summary_ids,
+            "job_ids": self.job_ids,
+            "day_start_utc": self.day_start_utc.isoformat(),
+            "day_end_utc": self.day_end_utc.isoformat(),
+        }
+
+
+def create_daily_tils(
+    engine: Engine,
+    dispatcher: Dispatcher,
+    users: pd.DataFrame,
+    *,
+    day: date,
+    bounds: tuple[datetime, datetime],
+    run_started_at: datetime,
+    now: datetime,
+    batch_size: int,
+    dry_run: bool = False,
+    limits: WriteLimits = WriteLimits(),
+) -> TilReport:
+    """A summary and a TIL_GENERATION job for every active user of D not yet done by this run."""
+    active = users[users["card_count"] > 0]["user_id"].tolist()
+    report = TilReport(
+        day=day, day_start_utc=bounds[0], day_end_utc=bounds[1], dry_run=dry_run,
+        active_users=len(active), users_waiting_for_cards=int((users["card_count"] == 0).sum()),
+    )
+    with engine.connect() as conn:
+        done = users_done_in_run(conn, day, run_started_at)
+    todo = [u for u in active if u not in done]
+    report.already_done_in_run = len(active) - len(todo)
+    if dry_run:
+        return report
+
+    results, batches = run_in_batches(
+        engine, dispatcher, todo, batch_size,
+        lambda conn, batch: create_batch(conn, batch, day, run_started_at, now),
+        limits,
+    )
+    report.summary_ids = [s.id for summaries, _ in results for s in summaries]
+    report.job_ids = [job.job_id for _, created in results for job in created]
+    report.summaries_created = len(report.summary_ids)
+    report.jobs_created = len(report.job_ids)
+    report.announce_failures = batches.announce_failures
+    return report

@@ -1,0 +1,7 @@
+"""The TIL job's run config: the shared write settings (batch size, timeouts, dry run)."""
+
+from batch_pipeline.san.config import WriteConfig
+
+
+class TilConfig(WriteConfig):
+    """Settings for one TIL partition run (set in the Launchpad under ops.check_san_database)."""

@@ -1,0 +1,87 @@
+"""Dagster ops of til_auto_generation_job: thin wrappers over til/auto_generation.py."""
+
+from datetime import date, datetime, timezone
+
+from dagster import AssetMaterialization, DagsterRun, Failure, In, OpExecutionContext, Out, op
+from dagster._core.storage.tags import ROOT_RUN_ID_TAG
+
+from batch_pipeline.san.database import utc_now
+from batch_pipeline.san.ops import DATABASE_RETRY, as_metadata, san_database_check_op
+from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
+from batch_pipeline.til import auto_generation
+from batch_pipeline.til.config import TilConfig
+
+UsersOfDayType = auto_generation.USERS_OF_DAY.dagster_type()
+
+check_san_database = san_database_check_op(TilConfig)
+
+
+def partition_day(context: OpExecutionContext) -> date:
+    """D, from the partition key; a key that is not a date is a clear, non-retried error."""
+    key = context.partition_key if context.has_partition_key else None
+    try:
+        return date.fromisoformat(key)
+    except (TypeError, ValueError) as error:
+        raise Failure(
+            description=f"til_auto_generation_job needs a day partition key YYYY-MM-DD, got {key!r}",
+            allow_retries=False,
+        ) from error
+
+
+def day_window(context: OpExecutionContext) -> tuple[datetime, datetime]:
+    """D's bounds in UTC, as Dagster's partition defines them in SAN's time zone."""
+    window = context.partition_time_window
+    return window.start.astimezone(timezone.utc), window.end.astimezone(timezone.utc)
+
+
+def run_started_at(context: OpExecutionContext) -> datetime:
+    """The start instant of the run's root run: stable across op retries and re-executions."""
+    run: DagsterRun = context.run
+    root_id = run.tags.get(ROOT_RUN_ID_TAG, run.run_id)
+    record = context.instance.get_run_record_by_id(root_id)
+    instant = record.create_timestamp if record else utc_now()
+    if instant.tzinfo is None:
+        instant = instant.replace(tzinfo=timezone.utc)
+    return instant.astimezone(timezone.utc)
+
+
+@op(out=Out(UsersOfDayType), retry_policy=DATABASE_RETRY, description="Users with scraps on day D and how many have cards.")
+def detect_til_users(context: OpExecutionContext, settings: TilConfig, san_database: SanDatabase):
+    partition_day(context)
+    start, end = day_window(context)
+    with san_database.get_engine().connect() as conn:
+        return auto_generation.detect_users_of_day(conn, start, end)
+
+
+@op(
+    ins={"users": In(UsersOfDayType)},
+    retry_policy=DATABASE_RETRY,
+    description="A new DailySummary and a TIL_GENERATION job for every active user of D, in bounded batches.",
+)
+def create_daily_tils(
+    context: OpExecutionContext, settings: TilConfig, users, san_database: SanDatabase,
+    job_dispatcher: JobDispatcherResource,
+) -> None:
+    engine = san_database.get_engine()
+    day = partition_day(context)
+    report = auto_generation.create_daily_tils(
+        engine,
+        job_dispatcher.for_database(engine),
+        users,
+        day=day,
+        bounds=day_window(context),
+        run_started_at=run_started_at(context),
+        now=utc_now(),
+        batch_size=settings.batch_size,
+        dry_run=settings.dry_run,
+        limits=settings.write_limits,
+    )
+    context.log_event(
+        AssetMaterialization(asset_key=auto_generation.AREA, partition=context.partition_key, metadata=as_metadata(report.metadata()))
+    )
+    context.log.info(
+        f"TIL {day}: {report.active_users} active users, {report.summaries_created} summaries and "
+        f"{report.jobs_created} jobs created, {report.already_done_in_run} already done by this run, "
+        f"{report.users_waiting_for_cards} users still waiting for cards"
+        + (" (dry run: nothing written)" if report.dry_run else "")
+    )

@@ -1,0 +1,112 @@
+"""TIL auto-generation: active users of day D, one new summary + TIL_GENERATION job each."""
+
+from datetime import date, datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from batch_pipeline.san.dispatch import Dispatcher
+from batch_pipeline.san.schema import PENDING, TIL_GENERATION
+from batch_pipeline.til.auto_generation import create_daily_tils, day_bounds, detect_users_of_day
+
+SEOUL = ZoneInfo("Asia/Seoul")
+D = date(2026, 11, 28)
+
+
+def at(day, hour, minute=0, second=0, micro=0, zone=SEOUL):
+    return datetime(day.year, day.month, day.day, hour, minute, second, micro, tzinfo=zone).astimezone(timezone.utc)
+
+
+def users_of(db, day=D, zone="Asia/Seoul"):
+    with db.engine.connect() as conn:
+        return detect_users_of_day(conn, *day_bounds(day, zone))
+
+
+def create(db, users, day=D, zone="Asia/Seoul", run_started_at=None, dispatcher=None, batch_size=1000, dry_run=False):
+    return create_daily_tils(
+        db.engine, dispatcher or Dispatcher(), users, day=day, bounds=day_bounds(day, zone),
+        run_started_at=run_started_at or db.now, now=db.now, batch_size=batch_size, dry_run=dry_run,
+    )
+
+
+def test_day_bounds_are_midnight_to_midnight_in_the_zone():
+    assert day_bounds(D, "Asia/Seoul") == (datetime(2026, 11, 27, 15, tzinfo=timezone.utc), datetime(2026, 11, 28, 15, tzinfo=timezone.utc))
+    # New York's spring-forward day lasts 23 hours
+    start, end = day_bounds(date(2026, 3, 8), "America/New_York")
+    assert (start, end - start) == (datetime(2026, 3, 8, 5, tzinfo=timezone.utc), timedelta(hours=23))
+
+
+def test_the_day_includes_its_first_and_last_second_and_nothing_either_side(san_db):
+    first, last, before, after = (san_db.user() for _ in range(4))
+    san_db.scrap(first, created_at=at(D, 0, 0, 0), card=True)
+    san_db.scrap(last, created_at=at(D, 23, 59, 59), card=True)
+    san_db.scrap(before, created_at=at(D, 0) - timedelta(microseconds=1), card=True)
+    san_db.scrap(after, created_at=at(D + timedelta(days=1), 0), card=True)
+    assert users_of(san_db)["user_id"].tolist() == [first, last]
+
+
+def test_active_users_get_one_summary_and_one_job_each(san_db):
+    busy, idle, waiting = san_db.user(), san_db.user(), san_db.user()
+    for hour in (9, 12, 18):
+        san_db.scrap(busy, created_at=at(D, hour), card=True)
+    san_db.scrap(waiting, created_at=at(D, 10), card=False)  # no card yet: reported, not included
+    san_db.scrap(idle, created_at=at(D, 10) - timedelta(days=2), card=True)
+    users = users_of(san_db)
+    assert users.set_index("user_id").loc[busy].tolist() == [3, 3]
+
+    report = create(san_db, users)
+    assert (report.active_users, report.summaries_created, report.jobs_created, report.users_waiting_for_cards) == (1, 1, 1, 1)
+    [summary] = san_db.summaries()
+    assert (summary.user_id, summary.target_date, summary.content) == (busy, D, None)
+    [job] = san_db.jobs()
+    assert (job.job_type, job.target_id, job.status) == (TIL_GENERATION, summary.id, PENDING)
+    assert report.summary_ids == [summary.id] and report.job_ids == [job.id]
+
+
+def test_a_card_made_after_midnight_counts_for_the_scrap_day(san_db):
+    user = san_db.user()
+    scrap = san_db.scrap(user, created_at=at(D, 23, 59))
+    san_db.card(scrap, user, created_at=at(D + timedelta(days=1), 0, 40))
+    assert create(san_db, users_of(san_db)).summaries_created == 1
+
+
+def test_a_user_who_already_has_a_til_for_the_day_gets_another(san_db):
+    user = san_db.user()
+    san_db.scrap(user, created_at=at(D, 9), card=True)
+    create(san_db, users_of(san_db), run_started_at=san_db.now - timedelta(hours=1))
+    create(san_db, users_of(san_db), run_started_at=san_db.now)
+    assert [s.user_id for s in san_db.summaries()] == [user, user]
+
+
+class DiesOnBatch(Dispatcher):
+    def __init__(self, n):
+        self.n, self.calls = n, 0
+
+    def announce_in_transaction(self, conn, new_jobs):
+        self.calls += 1
+        if self.calls == self.n:
+            raise RuntimeError("killed")
+
+
+def test_a_retried_run_does_not_give_anyone_a_second_summary(san_db):
+    users = [san_db.user() for _ in range(5)]
+    for user in users:
+        san_db.scrap(user, created_at=at(D, 12), card=True)
+    started = san_db.now
+    with pytest.raises(RuntimeError):
+        create(san_db, users_of(san_db), run_started_at=started, dispatcher=DiesOnBatch(2), batch_size=2)
+    assert len(san_db.summaries()) == 2  # batch 1 committed whole, batch 2 rolled back
+    assert len(san_db.jobs()) == 2
+
+    retry = create(san_db, users_of(san_db), run_started_at=started, batch_size=2)
+    assert (retry.already_done_in_run, retry.summaries_created) == (2, 3)
+    assert sorted(s.user_id for s in san_db.summaries()) == users
+    assert sorted(j.target_id for j in san_db.jobs()) == [s.id for s in san_db.summaries()]
+
+
+def test_dry_run_writes_nothing(san_db):
+    user = san_db.user()
+    san_db.scrap(user, created_at=at(D, 12), card=True)
+    report = create(san_db, users_of(san_db), dry_run=True)
+    assert report.active_users == 1 and report.summaries_created == 0
+    assert san_db.summaries() == [] and san_db.jobs() == []

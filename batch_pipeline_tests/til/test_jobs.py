@@ -1,0 +1,153 @@
+"""til_auto_generation_job through Dagster: partitions, schedule, time zones, retries, audit."""
+
+from datetime import date, datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+from dagster import AssetKey, DagsterInstance, build_schedule_context
+
+from batch_pipeline.definitions import build_definitions, defs
+from batch_pipeline.san.dispatch import Dispatcher
+from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
+from batch_pipeline.san.schema import TIL_GENERATION
+
+SEOUL = ZoneInfo("Asia/Seoul")
+NEW_YORK = ZoneInfo("America/New_York")
+
+
+def at(day: str, hour=12, minute=0, second=0, zone=SEOUL):
+    d = date.fromisoformat(day)
+    return datetime(d.year, d.month, d.day, hour, minute, second, tzinfo=zone).astimezone(timezone.utc)
+
+
+def run_til(db, partition_key, definitions=None, instance=None, dispatcher=None, config=None):
+    instance = instance or DagsterInstance.ephemeral()
+    result = (definitions or defs).resolve_job_def("til_auto_generation_job").execute_in_process(
+        partition_key=partition_key,
+        run_config={"ops": {"check_san_database": {"config": config or {}}}},
+        resources={"san_database": SanDatabase(url=db.url), "job_dispatcher": dispatcher or JobDispatcherResource(kind="none")},
+        instance=instance,
+        raise_on_error=False,
+    )
+    return result, instance
+
+
+def til_metadata(instance, partition):
+    records = instance.fetch_materializations(AssetKey("til_auto_generation"), limit=100).records
+    [record] = [r for r in records if r.partition_key == partition]
+    return {k: v.value for k, v in record.asset_materialization.metadata.items()}
+
+
+def test_a_partition_run_creates_the_day_tils_and_records_them(san_db):
+    active, waiting = san_db.user(), san_db.user()
+    san_db.scrap(active, created_at=at("2026-11-28", 9), card=True)
+    san_db.scrap(active, created_at=at("2026-11-28", 21), card=True)
+    san_db.scrap(waiting, created_at=at("2026-11-28", 10), card=False)
+    result, instance = run_til(san_db, "2026-11-28")
+    assert result.success
+
+    [summary] = san_db.summaries()
+    [job] = san_db.jobs()
+    meta = til_metadata(instance, "2026-11-28")
+    assert (meta["active_users"], meta["summaries_created"], meta["jobs_created"], meta["users_waiting_for_cards"]) == (1, 1, 1, 1)
+    assert meta["summary_ids"] == [summary.id] and meta["job_ids"] == [job.id]
+    assert (job.job_type, job.target_id) == (TIL_GENERATION, summary.id)
+    assert meta["day_start_utc"] == "2026-11-27T15:00:00+00:00" and meta["day_end_utc"] == "2026-11-28T15:00:00+00:00"
+
+
+def test_the_schedule_fires_at_3_in_seoul_for_the_previous_day(monkeypatch):
+    monkeypatch.delenv("SAN_TIMEZONE", raising=False)
+    schedule = build_definitions().resolve_schedule_def("til_auto_generation_schedule")
+    assert (schedule.cron_schedule, schedule.execution_timezone) == ("0 3 * * *", "Asia/Seoul")
+    context = build_schedule_context(scheduled_execution_time=datetime(2026, 11, 30, 3, 0, tzinfo=SEOUL))
+    [request] = schedule.evaluate_tick(context).run_requests
+    assert request.partition_key == "2026-11-29"
+
+
+def test_a_daylight_saving_zone_cuts_the_day_at_local_midnight(monkeypatch, san_db):
+    monkeypatch.setenv("SAN_TIMEZONE", "America/New_York")
+    definitions = build_definitions()
+    schedule = definitions.resolve_schedule_def("til_auto_generation_schedule")
+    # 03:00 on the day after New York's spring-forward day runs that (23-hour) day
+    [request] = schedule.evaluate_tick(
+        build_schedule_context(scheduled_execution_time=datetime(2026, 3, 9, 3, 0, tzinfo=NEW_YORK))
+    ).run_requests
+    assert request.partition_key == "2026-03-08"
+
+    inside = [san_db.user() for _ in range(2)]
+    outside = [san_db.user() for _ in range(2)]
+    san_db.scrap(inside[0], created_at=at("2026-03-08", 0, 0, 0, zone=NEW_YORK), card=True)
+    san_db.scrap(inside[1], created_at=at("2026-03-08", 23, 59, 59, zone=NEW_YORK), card=True)
+    san_db.scrap(outside[0], created_at=at("2026-03-08", 0, zone=NEW_YORK) - timedelta(seconds=1), card=True)
+    san_db.scrap(outside[1], created_at=at("2026-03-09", 0, zone=NEW_YORK), card=True)
+    result, instance = run_til(san_db, "2026-03-08", definitions=definitions)
+    assert result.success
+    assert sorted(s.user_id for s in san_db.summaries()) == inside
+    meta = til_metadata(instance, "2026-03-08")
+    assert (meta["day_start_utc"], meta["day_end_utc"]) == ("2026-03-08T05:00:00+00:00", "2026-03-09T04:00:00+00:00")
+
+
+def test_a_three_day_backfill_creates_each_day_tils(san_db):
+    days = ["2026-11-25", "2026-11-26", "2026-11-27"]
+    users = {day: [san_db.user() for _ in range(i + 1)] for i, day in enumerate(days)}
+    for day, day_users in users.items():
+        for user in day_users:
+            san_db.scrap(user, created_at=at(day, 15), card=True)
+    instance = DagsterInstance.ephemeral()
+    for day in days:  # what a backfill of the three partitions launches
+        assert run_til(san_db, day, instance=instance)[0].success
+    summaries = san_db.summaries()
+    for day in days:
+        assert sorted(s.user_id for s in summaries if s.target_date == date.fromisoformat(day)) == users[day]
+        assert til_metadata(instance, day)["summaries_created"] == len(users[day])
+
+
+FAILED_ONCE: set[str] = set()
+
+
+class DiesOnceOnSecondBatch(Dispatcher):
+    def __init__(self, key):
+        self.key, self.calls = key, 0
+
+    def announce_in_transaction(self, conn, new_jobs):
+        self.calls += 1
+        if self.calls == 2 and self.key not in FAILED_ONCE:
+            FAILED_ONCE.add(self.key)
+            raise ConnectionError("connection to the SAN database was lost")
+
+
+class FlakyDispatcherResource(JobDispatcherResource):
+    key: str
+
+    def for_database(self, engine):
+        return DiesOnceOnSecondBatch(self.key)
+
+
+def test_a_retried_op_does_not_duplicate_anyone(san_db, request):
+    users = [san_db.user() for _ in range(5)]
+    for user in users:
+        san_db.scrap(user, created_at=at("2026-11-28"), card=True)
+    result, instance = run_til(
+        san_db, "2026-11-28", dispatcher=FlakyDispatcherResource(key=request.node.name), config={"batch_size": 2}
+    )
+    assert result.success
+    retries = [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+    assert len(retries) == 1
+    assert sorted(s.user_id for s in san_db.summaries()) == users
+    assert len(san_db.jobs()) == 5
+    meta = til_metadata(instance, "2026-11-28")
+    assert (meta["already_done_in_run"], meta["summaries_created"]) == (2, 3)
+
+
+def test_dry_run_reports_without_writing(san_db):
+    user = san_db.user()
+    san_db.scrap(user, created_at=at("2026-11-28"), card=True)
+    result, instance = run_til(san_db, "2026-11-28", config={"dry_run": True})
+    assert result.success and san_db.summaries() == []
+    assert til_metadata(instance, "2026-11-28")["active_users"] == 1
+
+
+def test_a_partition_key_that_is_not_a_date_is_refused(san_db):
+    with pytest.raises(Exception, match="not-a-day"):
+        run_til(san_db, "not-a-day")
+    assert san_db.summaries() == []
