@@ -16,6 +16,7 @@ from sqlalchemy import func, insert, select, text
 from sqlalchemy.engine import Engine, make_url
 
 from batch_pipeline.san.database import create_san_engine, utc_now
+from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.schema import (
     COMPLETED, PENDING, create_schema, daily_summaries, jobs, knowledge_cards, scraps, users,
 )
@@ -153,3 +154,15 @@ def pg_db():
         yield SanDb(schema.url, schema.engine, "postgres")
     finally:
         schema.drop()
+
+
+class DiesOnBatch(Dispatcher):
+    """A process that dies inside the n-th write batch, after its writes ran, before commit."""
+
+    def __init__(self, n: int):
+        self.n, self.calls = n, 0
+
+    def announce_in_transaction(self, conn, new_jobs):
+        self.calls += 1
+        if self.calls == self.n:
+            raise RuntimeError("worker process killed")

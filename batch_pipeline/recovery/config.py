@@ -4,6 +4,7 @@ from datetime import timedelta
 
 from pydantic import Field
 
+from batch_pipeline.recovery.plan import RecoveryPolicy
 from batch_pipeline.san.config import WriteConfig
 
 
@@ -38,3 +39,13 @@ class RecoveryConfig(WriteConfig):
     def orphan_min_age(self) -> timedelta:
         return timedelta(minutes=self.orphan_min_age_minutes)
 
+
+    @property
+    def policy(self) -> RecoveryPolicy:
+        return RecoveryPolicy(
+            max_attempts=self.max_attempts,
+            max_enqueue_per_run=self.max_enqueue_per_run,
+            batch_size=self.batch_size,
+            dry_run=self.dry_run,
+            limits=self.write_limits,
+        )

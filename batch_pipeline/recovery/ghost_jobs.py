@@ -14,8 +14,7 @@ from sqlalchemy import Integer, String, and_, case, cast, func, literal, or_, se
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
-from batch_pipeline.recovery.plan import RecoveryReport, plan_recovery
-from batch_pipeline.san.database import WriteLimits
+from batch_pipeline.recovery.plan import RecoveryPolicy, RecoveryReport, plan_recovery
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.enqueue import EnqueueRequest, enqueue_jobs, run_in_batches
 from batch_pipeline.san.frames import INT, TEXT, UTC_DATETIME, FrameSchema
@@ -175,12 +174,7 @@ def recover_ghost_jobs(
     dispatcher: Dispatcher,
     ghosts: pd.DataFrame,
     rule: GhostRule,
-    *,
-    max_attempts: int,
-    max_enqueue_per_run: int,
-    batch_size: int,
-    dry_run: bool = False,
-    limits: WriteLimits = WriteLimits(),
+    policy: RecoveryPolicy = RecoveryPolicy(),
 ) -> RecoveryReport:
     """Close the detected ghosts and re-enqueue them, in bounded batches.
 
@@ -188,33 +182,29 @@ def recover_ghost_jobs(
     ghosts beyond the per-run cap are left untouched for the next run (deferred), so a ghost is
     never closed without its replacement.
     """
-    plan = plan_recovery(
-        ghosts, oldest_first_by=["stale_since", "job_id"], max_attempts=max_attempts,
-        max_enqueue_per_run=max_enqueue_per_run,
-    )
+    plan = plan_recovery(ghosts, oldest_first_by=["stale_since", "job_id"], policy=policy)
     report = RecoveryReport(
         area=AREA,
-        dry_run=dry_run,
+        dry_run=policy.dry_run,
         thresholds={
             "stale_pending_after_minutes": rule.stale_pending_after.total_seconds() / 60,
             "stale_processing_after_minutes": rule.stale_processing_after.total_seconds() / 60,
-            "max_attempts": max_attempts,
-            "max_enqueue_per_run": max_enqueue_per_run,
+            **policy.caps(),
         },
         detected=len(ghosts),
         deferred=len(plan.deferred),
         deferred_ids=plan.deferred["job_id"].tolist(),
     )
-    if dry_run:
+    if policy.dry_run:
         report.exhausted = len(plan.exhausted)
         report.exhausted_ids = plan.exhausted["job_id"].tolist()
         return report
 
     work = pd.concat([plan.to_enqueue, plan.exhausted])
     results, batches = run_in_batches(
-        engine, dispatcher, work, batch_size,
-        lambda conn, batch: close_and_replace(conn, batch, rule, max_attempts),
-        limits,
+        engine, dispatcher, work, policy.batch_size,
+        lambda conn, batch: close_and_replace(conn, batch, rule, policy.max_attempts),
+        policy.limits,
     )
     replacement_of: dict[int, NewJob] = {}
     closed_ids: set[int] = set()

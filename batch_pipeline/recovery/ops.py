@@ -55,11 +55,7 @@ def recover_ghost_jobs(
         job_dispatcher.for_database(engine),
         ghosts,
         ghost_jobs.GhostRule(utc_now(), settings.stale_pending_after, settings.stale_processing_after),
-        max_attempts=settings.max_attempts,
-        max_enqueue_per_run=settings.max_enqueue_per_run,
-        batch_size=settings.batch_size,
-        dry_run=settings.dry_run,
-        limits=settings.write_limits,
+        settings.policy,
     )
     record_audit(context, report)
 
@@ -98,11 +94,7 @@ def scrap_recovery_ops(rule: ScrapRecoveryRule, name: str, description: str):
             candidates,
             now=utc_now(),
             thresholds={"orphan_min_age_minutes": settings.orphan_min_age_minutes},
-            max_attempts=settings.max_attempts,
-            max_enqueue_per_run=settings.max_enqueue_per_run,
-            batch_size=settings.batch_size,
-            dry_run=settings.dry_run,
-            limits=settings.write_limits,
+            policy=settings.policy,
         )
         record_audit(context, report)
 

@@ -4,8 +4,24 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from batch_pipeline.san.database import WriteLimits
+
 # The audit trail lists at most this many ids per kind and run; counts are always complete.
 AUDIT_ID_LIMIT = 5_000
+
+
+@dataclass(frozen=True)
+class RecoveryPolicy:
+    """How much one run may do, shared by the three recoveries (defaults are the design's)."""
+
+    max_attempts: int = 10  # poison cap per (job_type, target_id); 0 = unlimited
+    max_enqueue_per_run: int = 5_000  # new jobs per area and run
+    batch_size: int = 1_000  # rows per write transaction
+    dry_run: bool = False
+    limits: WriteLimits = WriteLimits()
+
+    def caps(self) -> dict:
+        return {"max_attempts": self.max_attempts, "max_enqueue_per_run": self.max_enqueue_per_run}
 
 
 @dataclass(frozen=True)
@@ -17,19 +33,17 @@ class RecoveryPlan:
     deferred: pd.DataFrame  # beyond the per-run cap: left for the next run
 
 
-def plan_recovery(
-    candidates: pd.DataFrame, *, oldest_first_by: list[str], max_attempts: int, max_enqueue_per_run: int
-) -> RecoveryPlan:
+def plan_recovery(candidates: pd.DataFrame, *, oldest_first_by: list[str], policy: RecoveryPolicy) -> RecoveryPlan:
     ordered = candidates.sort_values(oldest_first_by, kind="stable")
-    if max_attempts:
-        at_cap = ordered["attempts"] >= max_attempts
+    if policy.max_attempts:
+        at_cap = ordered["attempts"] >= policy.max_attempts
     else:  # 0 = unlimited
         at_cap = pd.Series(False, index=ordered.index)
     eligible = ordered[~at_cap]
     return RecoveryPlan(
-        to_enqueue=eligible.iloc[:max_enqueue_per_run],
+        to_enqueue=eligible.iloc[: policy.max_enqueue_per_run],
         exhausted=ordered[at_cap],
-        deferred=eligible.iloc[max_enqueue_per_run:],
+        deferred=eligible.iloc[policy.max_enqueue_per_run :],
     )
 
 

@@ -15,8 +15,7 @@ from sqlalchemy import and_, exists, func, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
-from batch_pipeline.recovery.plan import RecoveryReport, plan_recovery
-from batch_pipeline.san.database import WriteLimits
+from batch_pipeline.recovery.plan import RecoveryPolicy, RecoveryReport, plan_recovery
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.enqueue import EnqueueOutcome, EnqueueRequest, enqueue_jobs, run_in_batches
 from batch_pipeline.san.frames import INT, UTC_DATETIME, FrameSchema
@@ -97,34 +96,27 @@ def recover_scraps(
     *,
     now: datetime,
     thresholds: dict,
-    max_attempts: int,
-    max_enqueue_per_run: int,
-    batch_size: int,
-    dry_run: bool = False,
-    limits: WriteLimits = WriteLimits(),
+    policy: RecoveryPolicy = RecoveryPolicy(),
 ) -> RecoveryReport:
     """Enqueue `rule.job_type` for the detected scraps, oldest first, in bounded batches."""
-    plan = plan_recovery(
-        candidates, oldest_first_by=["created_at", "scrap_id"], max_attempts=max_attempts,
-        max_enqueue_per_run=max_enqueue_per_run,
-    )
+    plan = plan_recovery(candidates, oldest_first_by=["created_at", "scrap_id"], policy=policy)
     report = RecoveryReport(
         area=rule.area,
-        dry_run=dry_run,
-        thresholds={**thresholds, "max_attempts": max_attempts, "max_enqueue_per_run": max_enqueue_per_run},
+        dry_run=policy.dry_run,
+        thresholds={**thresholds, **policy.caps()},
         detected=len(candidates),
         exhausted=len(plan.exhausted),
         exhausted_ids=plan.exhausted["scrap_id"].tolist(),
         deferred=len(plan.deferred),
         deferred_ids=plan.deferred["scrap_id"].tolist(),
     )
-    if dry_run:
+    if policy.dry_run:
         return report
 
     results, batches = run_in_batches(
-        engine, dispatcher, plan.to_enqueue["scrap_id"].tolist(), batch_size,
-        lambda conn, scrap_ids: enqueue_batch(conn, rule, scrap_ids, now=now, max_attempts=max_attempts),
-        limits,
+        engine, dispatcher, plan.to_enqueue["scrap_id"].tolist(), policy.batch_size,
+        lambda conn, scrap_ids: enqueue_batch(conn, rule, scrap_ids, now=now, max_attempts=policy.max_attempts),
+        policy.limits,
     )
     created = [job for outcome in results for job in outcome.created]
     # Reached the cap between detection and write (another run enqueued and it failed since).

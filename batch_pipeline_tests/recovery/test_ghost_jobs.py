@@ -7,7 +7,9 @@ import pytest
 from sqlalchemy import text, update
 
 from batch_pipeline.recovery.ghost_jobs import GhostRule, detect_ghost_jobs, recover_ghost_jobs
+from batch_pipeline.recovery.plan import RecoveryPolicy
 from batch_pipeline.san.dispatch import Dispatcher
+from batch_pipeline_tests.conftest import DiesOnBatch
 from batch_pipeline.san.schema import (
     CARD_ANALYSIS, COMPLETED, FAILED, JOB_TYPES, PENDING, PROCESSING, SCRAP_REFINE, TIL_GENERATION, jobs,
 )
@@ -21,7 +23,7 @@ def detect(db, **rule):
 def recover(db, ghosts, dispatcher=None, max_attempts=10, max_enqueue_per_run=5000, batch_size=1000, dry_run=False):
     return recover_ghost_jobs(
         db.engine, dispatcher or Dispatcher(), ghosts, GhostRule(now=db.now),
-        max_attempts=max_attempts, max_enqueue_per_run=max_enqueue_per_run, batch_size=batch_size, dry_run=dry_run,
+        RecoveryPolicy(max_attempts=max_attempts, max_enqueue_per_run=max_enqueue_per_run, batch_size=batch_size, dry_run=dry_run),
     )
 
 
@@ -190,18 +192,6 @@ def test_two_overlapping_runs_close_each_ghost_once(san_db):
         rows = san_db.jobs(target_id=target)
         assert [r.status for r in rows] == [FAILED, PENDING]
         assert rows[1].retry_of_job_id == ids[target]
-
-
-class DiesOnBatch(Dispatcher):
-    """Dies inside the n-th batch transaction, after its UPDATE and INSERT ran."""
-
-    def __init__(self, n: int):
-        self.n, self.calls = n, 0
-
-    def announce_in_transaction(self, conn, new_jobs):
-        self.calls += 1
-        if self.calls == self.n:
-            raise RuntimeError("worker process killed")
 
 
 def test_a_crash_between_batches_leaves_no_ghost_without_a_replacement(san_db):

@@ -6,6 +6,7 @@ from datetime import timedelta
 import pytest
 
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
+from batch_pipeline.recovery.plan import RecoveryPolicy
 from batch_pipeline.recovery.scrap_recovery import detect_scraps, recover_scraps
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
 from batch_pipeline.san.dispatch import Dispatcher
@@ -28,8 +29,8 @@ def detect(db, rule, min_age=timedelta(minutes=10)):
 
 def recover(db, rule, candidates, max_attempts=10, max_enqueue_per_run=5000, batch_size=1000, dry_run=False):
     return recover_scraps(
-        db.engine, Dispatcher(), rule, candidates, now=db.now, thresholds={}, max_attempts=max_attempts,
-        max_enqueue_per_run=max_enqueue_per_run, batch_size=batch_size, dry_run=dry_run,
+        db.engine, Dispatcher(), rule, candidates, now=db.now, thresholds={},
+        policy=RecoveryPolicy(max_attempts=max_attempts, max_enqueue_per_run=max_enqueue_per_run, batch_size=batch_size, dry_run=dry_run),
     )
 
 

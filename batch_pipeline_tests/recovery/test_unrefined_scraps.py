@@ -26,7 +26,6 @@ def test_a_scrap_refined_between_detection_and_write_is_not_re_enqueued(san_db):
         conn.execute(update(scraps).where(scraps.c.id == late).values(refined_content="done"))
     report = recover_scraps(
         san_db.engine, Dispatcher(), UNREFINED_SCRAPS, found, now=san_db.now, thresholds={},
-        max_attempts=10, max_enqueue_per_run=100, batch_size=100,
     )
     assert report.skipped_by_race == 1
     assert [(j.job_type, j.target_id) for j in san_db.jobs()] == [(SCRAP_REFINE, still)]

@@ -7,6 +7,7 @@ import pytest
 
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.schema import PENDING, TIL_GENERATION
+from batch_pipeline_tests.conftest import DiesOnBatch
 from batch_pipeline.til.auto_generation import create_daily_tils, day_bounds, detect_users_of_day
 
 SEOUL = ZoneInfo("Asia/Seoul")
@@ -76,16 +77,6 @@ def test_a_user_who_already_has_a_til_for_the_day_gets_another(san_db):
     create(san_db, users_of(san_db), run_started_at=san_db.now - timedelta(hours=1))
     create(san_db, users_of(san_db), run_started_at=san_db.now)
     assert [s.user_id for s in san_db.summaries()] == [user, user]
-
-
-class DiesOnBatch(Dispatcher):
-    def __init__(self, n):
-        self.n, self.calls = n, 0
-
-    def announce_in_transaction(self, conn, new_jobs):
-        self.calls += 1
-        if self.calls == self.n:
-            raise RuntimeError("killed")
 
 
 def test_a_retried_run_does_not_give_anyone_a_second_summary(san_db):
