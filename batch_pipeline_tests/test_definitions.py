@@ -6,12 +6,18 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from dagster import DagsterInstance, DefaultScheduleStatus, build_schedule_context
+from dagster import DagsterInstance, DefaultScheduleStatus, Definitions, build_schedule_context
 
 from batch_pipeline.definitions import build_definitions, defs
 from batch_pipeline.san.timezone import TimezoneConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_code_location_loads_as_dagster_dev_loads_it():
+    Definitions.validate_loadable(defs)
+    repository = defs.get_repository_def()
+    assert {job.name for job in repository.get_all_jobs()} >= {"recovery_job", "til_auto_generation_job"}
 
 
 def test_definitions_expose_the_job_assets_and_resources():

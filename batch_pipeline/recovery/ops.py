@@ -29,7 +29,7 @@ def record_audit(context: OpExecutionContext, report: RecoveryReport) -> None:
     )
 
 
-check_san_database = san_database_check_op(RecoveryConfig)
+check_san_database = san_database_check_op(RecoveryConfig, "check_san_database")
 
 
 @op(out=Out(GhostJobsType), retry_policy=DATABASE_RETRY, description=ghost_jobs.__doc__)

@@ -23,8 +23,11 @@ def as_metadata(values: dict) -> dict:
     return {key: MetadataValue.json(v) if isinstance(v, (list, dict)) else v for key, v in values.items()}
 
 
-def san_database_check_op(config_class: type[Config]):
-    """`check_san_database` for a job whose run config is `config_class`.
+def san_database_check_op(config_class: type[Config], name: str):
+    """The database check op for a job whose run config is `config_class`.
+
+    Each job has its own op definition (`name` must be unique in the code location); jobs use
+    it under the node name `check_san_database`, so run config always goes there.
 
     A config value out of range fails here (pydantic names the field); so do a bad URL, an
     unreachable server, a missing table or column and an unknown dispatcher. No retries: the
@@ -32,7 +35,7 @@ def san_database_check_op(config_class: type[Config]):
     """
 
     @op(
-        name="check_san_database",
+        name=name,
         description="Validate the run config, connect to the SAN database and check its tables and columns.",
     )
     def check_san_database(

@@ -13,7 +13,7 @@ from batch_pipeline.til.config import TilConfig
 
 UsersOfDayType = auto_generation.USERS_OF_DAY.dagster_type()
 
-check_san_database = san_database_check_op(TilConfig)
+check_san_database_for_til = san_database_check_op(TilConfig, "check_san_database_for_til")
 
 
 def partition_day(context: OpExecutionContext) -> date:
