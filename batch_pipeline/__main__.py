@@ -4,12 +4,14 @@
   create-indexes   apply the recommended indexes (idempotent; CONCURRENTLY on PostgreSQL)
   show-indexes     print the index DDL without running it
   seed-demo        create the schema and the small demo SAN state
+  doctor           is the SAN database ready? tables, columns, indexes, clock skew, dispatcher
 """
 
 import argparse
 import os
 import sys
 
+from batch_pipeline.doctor import run_doctor
 from batch_pipeline.san.database import (
     SanConnectionError,
     check_connection,
@@ -24,13 +26,15 @@ from batch_pipeline.san.schema import create_recommended_indexes, create_schema,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m batch_pipeline", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["create-schema", "create-indexes", "show-indexes", "seed-demo"])
+    parser.add_argument("command", choices=["create-schema", "create-indexes", "show-indexes", "seed-demo", "doctor"])
     parser.add_argument(
         "--database-url",
         default=os.environ.get("SAN_DATABASE_URL") or embedded_database_url(),
         help="SQLAlchemy URL (default: SAN_DATABASE_URL, else the embedded SQLite file)",
     )
     args = parser.parse_args(argv)
+    if args.command == "doctor":
+        return run_doctor(args.database_url)
     try:
         engine = create_san_engine(args.database_url)
         if args.command == "show-indexes":

@@ -4,15 +4,21 @@ import os
 
 from dagster import Definitions, EnvVar
 
+from batch_pipeline.alerts.sensors import check_failure_alert, run_failure_alert
+from batch_pipeline.operations.run_retention import run_retention_job, run_retention_schedule
 from batch_pipeline.recovery.assets import recovery_assets
-from batch_pipeline.recovery.jobs import recovery_job
+from batch_pipeline.recovery.checks import recovery_checks
+from batch_pipeline.recovery.jobs import recovery_checks_job, recovery_job
 from batch_pipeline.recovery.schedules import recovery_schedule
+from batch_pipeline.recovery.sensors import recovery_checks_after_run
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.timezone import san_timezone_name
 from batch_pipeline.til.assets import til_asset
-from batch_pipeline.til.jobs import build_til_job
+from batch_pipeline.til.checks import til_coverage_check
+from batch_pipeline.til.jobs import build_til_checks_job, build_til_job
 from batch_pipeline.til.partitions import til_partitions
 from batch_pipeline.til.schedules import til_schedule
+from batch_pipeline.til.sensors import til_checks_after_run
 
 
 def _from_env(name: str):
@@ -34,10 +40,19 @@ def build_definitions() -> Definitions:
     timezone = san_timezone_name()
     days = til_partitions(timezone)
     til_job = build_til_job(days)
+    til_coverage = til_coverage_check(days)
+    til_checks_job = build_til_checks_job(til_coverage)
     return Definitions(
         assets=[*recovery_assets, til_asset(days)],
-        jobs=[recovery_job, til_job],
-        schedules=[recovery_schedule(timezone), til_schedule(til_job)],
+        asset_checks=[*recovery_checks, til_coverage],
+        jobs=[recovery_job, til_job, recovery_checks_job, til_checks_job, run_retention_job],
+        schedules=[recovery_schedule(timezone), til_schedule(til_job), run_retention_schedule(timezone)],
+        sensors=[
+            recovery_checks_after_run,
+            til_checks_after_run(til_job, til_checks_job),
+            run_failure_alert,
+            check_failure_alert([recovery_checks_job, til_checks_job]),
+        ],
         resources=san_resources(),
     )
 

@@ -20,6 +20,10 @@ class RecoveryConfig(WriteConfig):
     orphan_min_age_minutes: int = Field(
         default=10, gt=0, description="Grace: scraps younger than this are left alone; the app may still be enqueueing."
     )
+    scrap_lookback_hours: int = Field(
+        default=0, ge=0, description="Scrap recoveries look only at scraps created in the last N hours "
+        "(an index range instead of an anti-join over every scrap). 0 = every scrap (full sweep).",
+    )
     max_attempts: int = Field(
         default=10, ge=0, description="Poison cap: a (job_type, target_id) with this many jobs gets no new one. 0 = unlimited."
     )
@@ -38,6 +42,10 @@ class RecoveryConfig(WriteConfig):
     @property
     def orphan_min_age(self) -> timedelta:
         return timedelta(minutes=self.orphan_min_age_minutes)
+
+    @property
+    def scrap_lookback(self) -> timedelta | None:
+        return timedelta(hours=self.scrap_lookback_hours) if self.scrap_lookback_hours else None
 
 
     @property

@@ -19,6 +19,7 @@ from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.enqueue import EnqueueRequest, enqueue_jobs, run_in_batches
 from batch_pipeline.san.frames import INT, TEXT, UTC_DATETIME, FrameSchema
 from batch_pipeline.san.schema import ACTIVE_STATUSES, FAILED, PENDING, PROCESSING, Timestamp, jobs
+from batch_pipeline.san.sql import id_in
 
 AREA = "ghost_job_recovery"
 
@@ -134,7 +135,7 @@ def close_stale_jobs(conn: Connection, job_ids: Sequence[int], rule: GhostRule) 
     candidate = jobs.alias("candidate")
     still_stale = (
         select(candidate.c.id)
-        .where(candidate.c.id.in_(list(job_ids)), is_stale(rule, candidate))
+        .where(id_in(conn, candidate.c.id, job_ids), is_stale(rule, candidate))
         .with_for_update(skip_locked=True)
     )
     statement = (

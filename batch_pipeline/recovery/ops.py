@@ -73,7 +73,9 @@ def scrap_recovery_ops(rule: ScrapRecoveryRule, name: str, description: str):
     )
     def detect(settings: RecoveryConfig, san_database: SanDatabase):
         with san_database.get_engine().connect() as conn:
-            return detect_scraps(conn, rule, now=utc_now(), min_age=settings.orphan_min_age)
+            return detect_scraps(
+                conn, rule, now=utc_now(), min_age=settings.orphan_min_age, lookback=settings.scrap_lookback
+            )
 
     @op(
         name=f"recover_{name}",
@@ -93,7 +95,10 @@ def scrap_recovery_ops(rule: ScrapRecoveryRule, name: str, description: str):
             rule,
             candidates,
             now=utc_now(),
-            thresholds={"orphan_min_age_minutes": settings.orphan_min_age_minutes},
+            thresholds={
+                "orphan_min_age_minutes": settings.orphan_min_age_minutes,
+                "scrap_lookback_hours": settings.scrap_lookback_hours,
+            },
             policy=settings.policy,
         )
         record_audit(context, report)

@@ -20,6 +20,7 @@ from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.enqueue import EnqueueOutcome, EnqueueRequest, enqueue_jobs, run_in_batches
 from batch_pipeline.san.frames import INT, UTC_DATETIME, FrameSchema
 from batch_pipeline.san.schema import ACTIVE_STATUSES, jobs, scraps
+from batch_pipeline.san.sql import id_in
 
 DEFAULT_ORPHAN_MIN_AGE = timedelta(minutes=10)
 
@@ -46,13 +47,16 @@ def has_active_job(job_type: str) -> ColumnElement:
     )
 
 
-def detect_query(rule: ScrapRecoveryRule, created_before: datetime):
+def detect_query(rule: ScrapRecoveryRule, created_before: datetime, created_since: datetime | None = None):
     # Scraps with an active job belong to ghost-job recovery: this boundary keeps the two
     # recoveries from handling the same scrap twice. Scraps younger than the grace period may
     # still be being enqueued by the app.
+    window = [scraps.c.created_at < created_before]
+    if created_since is not None:  # a look-back window: an index range instead of a full sweep
+        window.append(scraps.c.created_at >= created_since)
     candidates = (
         select(scraps.c.id.label("scrap_id"), scraps.c.user_id, scraps.c.created_at)
-        .where(rule.needs_work, ~has_active_job(rule.job_type), scraps.c.created_at < created_before)
+        .where(rule.needs_work, ~has_active_job(rule.job_type), *window)
         .cte("candidates")
     )
     attempt = jobs.alias("attempt")
@@ -69,15 +73,23 @@ def detect_query(rule: ScrapRecoveryRule, created_before: datetime):
 
 
 def detect_scraps(
-    conn: Connection, rule: ScrapRecoveryRule, *, now: datetime, min_age: timedelta = DEFAULT_ORPHAN_MIN_AGE
+    conn: Connection,
+    rule: ScrapRecoveryRule,
+    *,
+    now: datetime,
+    min_age: timedelta = DEFAULT_ORPHAN_MIN_AGE,
+    lookback: timedelta | None = None,
 ) -> pd.DataFrame:
-    """Scraps older than `min_age` that need `rule.job_type` and have no active job of that type."""
-    return rule.frame.from_rows(conn.execute(detect_query(rule, created_before=now - min_age)))
+    """Scraps older than `min_age` (and, with a `lookback`, younger than it) that need
+    `rule.job_type` and have no active job of that type. Without a look-back this is an
+    anti-join over every scrap: see docs/benchmarks.md for its cost at scale."""
+    since = now - lookback if lookback else None
+    return rule.frame.from_rows(conn.execute(detect_query(rule, created_before=now - min_age, created_since=since)))
 
 
 def still_needing_work(conn: Connection, rule: ScrapRecoveryRule, scrap_ids: Sequence[int]) -> list[int]:
     """Re-check at write time: a worker may have done the work since detection."""
-    return list(conn.execute(select(scraps.c.id).where(scraps.c.id.in_(list(scrap_ids)), rule.needs_work)).scalars())
+    return list(conn.execute(select(scraps.c.id).where(id_in(conn, scraps.c.id, scrap_ids), rule.needs_work)).scalars())
 
 
 def enqueue_batch(

@@ -9,7 +9,7 @@ from sqlalchemy.engine import Connection, Engine
 from batch_pipeline.san.database import utc_now
 from batch_pipeline.san.schema import (
     CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, SCRAP_REFINE,
-    create_schema, jobs, knowledge_cards, metadata, scraps, users,
+    create_recommended_indexes, create_schema, jobs, knowledge_cards, metadata, scraps, users,
 )
 
 DEMO_USERS = 5
@@ -69,6 +69,7 @@ def seed_demo_state(engine: Engine, now: datetime | None = None) -> dict[str, in
         conn.execute(insert(knowledge_cards), card_rows)
         conn.execute(insert(jobs), job_rows)
         advance_id_sequences(conn)
+    create_recommended_indexes(engine)  # as a production database should have them
     return {"users": DEMO_USERS, "scraps": len(scrap_rows), "cards": len(card_rows), "jobs": len(job_rows)}
 
 

@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
 
-from sqlalchemy import bindparam, case, func, insert, select
+from sqlalchemy import case, func, select
 from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.san.database import WriteLimits, write_transaction
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.schema import ACTIVE_STATUSES, PENDING, jobs
+from batch_pipeline.san.sql import id_in, insert_rows
 
 
 @dataclass(frozen=True)
@@ -40,21 +41,18 @@ class EnqueueOutcome:
         self.already_active += other.already_active
 
 
-# Attempts so far and active jobs now, per target: one index-only lookup per target with the
-# recommended ix_san_jobs_target index.
-ATTEMPTS_AND_ACTIVE = (
-    select(
-        jobs.c.target_id,
-        func.count().label("attempts"),
-        func.sum(case((jobs.c.status.in_(ACTIVE_STATUSES), 1), else_=0)).label("active"),
+def attempts_and_active(conn: Connection, job_type: str, target_ids: Sequence[int]):
+    """Attempts so far and active jobs now, per target: one index-only lookup per target with
+    the recommended ix_san_jobs_target index."""
+    return (
+        select(
+            jobs.c.target_id,
+            func.count().label("attempts"),
+            func.sum(case((jobs.c.status.in_(ACTIVE_STATUSES), 1), else_=0)).label("active"),
+        )
+        .where(jobs.c.job_type == job_type, id_in(conn, jobs.c.target_id, target_ids))
+        .group_by(jobs.c.target_id)
     )
-    .where(jobs.c.job_type == bindparam("job_type"), jobs.c.target_id.in_(bindparam("target_ids", expanding=True)))
-    .group_by(jobs.c.target_id)
-)
-
-INSERT_PENDING_JOBS = insert(jobs).returning(
-    jobs.c.id, jobs.c.target_id, jobs.c.retry_of_job_id, sort_by_parameter_order=True
-)
 
 
 def enqueue_jobs(
@@ -64,10 +62,12 @@ def enqueue_jobs(
     *,
     now: datetime,
     max_attempts: int,
+    targets_created_in_this_transaction: bool = False,
 ) -> EnqueueOutcome:
     """Insert one PENDING job per distinct target that has no active job and is under the cap.
 
-    Must run inside `write_transaction`. `max_attempts` 0 means unlimited.
+    Must run inside `write_transaction`. `max_attempts` 0 means unlimited. Targets this very
+    transaction created (a new daily summary) cannot have jobs yet, so their lookup is skipped.
     """
     outcome = EnqueueOutcome()
     unique: dict[int, EnqueueRequest] = {}
@@ -76,11 +76,11 @@ def enqueue_jobs(
     if not unique:
         return outcome
 
-    counts = {
+    counts = {} if targets_created_in_this_transaction else {
         row.target_id: (row.attempts, row.active)
-        for row in conn.execute(ATTEMPTS_AND_ACTIVE, {"job_type": job_type, "target_ids": list(unique)})
+        for row in conn.execute(attempts_and_active(conn, job_type, list(unique)))
     }
-    rows = []
+    to_create: list[EnqueueRequest] = []
     for target_id, request in unique.items():
         attempts, active = counts.get(target_id, (0, 0))
         if active:
@@ -88,22 +88,21 @@ def enqueue_jobs(
         elif max_attempts and attempts >= max_attempts:
             outcome.exhausted.append(target_id)
         else:
-            rows.append(
-                {
-                    "job_type": job_type,
-                    "target_id": target_id,
-                    "status": PENDING,
-                    "created_at": now,
-                    "updated_at": now,
-                    "retry_of_job_id": request.retry_of_job_id,
-                }
-            )
-    if rows:
-        result = conn.execute(INSERT_PENDING_JOBS, rows)
-        outcome.created = [
-            NewJob(job_id=row.id, job_type=job_type, target_id=row.target_id, retry_of_job_id=row.retry_of_job_id)
-            for row in result
-        ]
+            to_create.append(request)
+    created = insert_rows(
+        conn,
+        jobs,
+        constants={"job_type": job_type, "status": PENDING, "created_at": now, "updated_at": now},
+        id_columns={
+            "target_id": [r.target_id for r in to_create],
+            "retry_of_job_id": [r.retry_of_job_id for r in to_create],
+        },
+        returning=["id", "target_id", "retry_of_job_id"],
+    )
+    outcome.created = [
+        NewJob(job_id=row.id, job_type=job_type, target_id=row.target_id, retry_of_job_id=row.retry_of_job_id)
+        for row in created
+    ]
     return outcome
 
 

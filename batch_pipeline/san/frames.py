@@ -1,10 +1,11 @@
 """Typed pandas DataFrames that Dagster checks between ops (declared columns and dtypes)."""
 
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import pandas as pd
-from dagster import DagsterType
+from dagster import BetaWarning, DagsterType
 from dagster_pandas import PandasColumn, create_dagster_pandas_dataframe_type
 
 INT = "int64"
@@ -27,11 +28,14 @@ class FrameSchema:
     columns: Mapping[str, str]
 
     def dagster_type(self) -> DagsterType:
-        return create_dagster_pandas_dataframe_type(
-            name=self.name,
-            description=self.description,
-            columns=[_COLUMN_CHECKS[dtype](column) for column, dtype in self.columns.items()],
-        )
+        # dagster-pandas marks these constructors beta; they are stable in the pinned release.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", BetaWarning)
+            return create_dagster_pandas_dataframe_type(
+                name=self.name,
+                description=self.description,
+                columns=[_COLUMN_CHECKS[dtype](column) for column, dtype in self.columns.items()],
+            )
 
     def from_rows(self, rows: Iterable) -> pd.DataFrame:
         """Build a frame of exactly the declared columns and dtypes (also when empty).

@@ -17,7 +17,7 @@ from datetime import date, datetime, time, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pandas as pd
-from sqlalchemy import and_, func, insert, select
+from sqlalchemy import and_, func, select
 from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.san.database import WriteLimits
@@ -25,6 +25,7 @@ from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.enqueue import EnqueueRequest, enqueue_jobs, run_in_batches
 from batch_pipeline.san.frames import INT, FrameSchema
 from batch_pipeline.san.schema import TIL_GENERATION, daily_summaries, knowledge_cards, scraps
+from batch_pipeline.san.sql import insert_rows
 
 AREA = "til_auto_generation"
 
@@ -74,20 +75,20 @@ def users_done_in_run(conn: Connection, day: date, run_started_at: datetime) -> 
     return set(conn.execute(query).scalars())
 
 
-INSERT_SUMMARIES = insert(daily_summaries).returning(
-    daily_summaries.c.id, daily_summaries.c.user_id, sort_by_parameter_order=True
-)
-
-
 def create_batch(
     conn: Connection, user_ids: Sequence[int], day: date, run_started_at: datetime, now: datetime
 ) -> tuple[tuple[list, list[NewJob]], list[NewJob]]:
     """One transaction: the summaries and their TIL_GENERATION jobs, so a summary never exists
     without its job."""
-    rows = [{"user_id": int(u), "target_date": day, "content": None, "created_at": run_started_at} for u in user_ids]
-    summaries = conn.execute(INSERT_SUMMARIES, rows).all()
+    summaries = insert_rows(
+        conn, daily_summaries,
+        constants={"target_date": day, "created_at": run_started_at},
+        id_columns={"user_id": list(user_ids)},
+        returning=["id", "user_id"],
+    )
     outcome = enqueue_jobs(
-        conn, TIL_GENERATION, [EnqueueRequest(s.id) for s in summaries], now=now, max_attempts=0
+        conn, TIL_GENERATION, [EnqueueRequest(s.id) for s in summaries], now=now, max_attempts=0,
+        targets_created_in_this_transaction=True,
     )
     return (summaries, outcome.created), outcome.created
 

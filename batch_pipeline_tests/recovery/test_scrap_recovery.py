@@ -123,3 +123,15 @@ def test_two_overlapping_runs_enqueue_each_scrap_once(san_db, rule):
         t.join()
     assert sorted(j.target_id for j in san_db.jobs()) == ids
     assert sum(r.enqueued for r in reports) == 8 and sum(r.skipped_by_race for r in reports) == 8
+
+
+@RULES
+def test_a_look_back_window_limits_detection_to_recent_scraps(san_db, rule):
+    user = san_db.user()
+    old = needy_scrap(san_db, rule, user, created_at=san_db.ago(hours=49))
+    recent = needy_scrap(san_db, rule, user, created_at=san_db.ago(hours=47))
+    with san_db.engine.connect() as conn:
+        windowed = detect_scraps(conn, rule, now=san_db.now, lookback=timedelta(hours=48))
+        full = detect_scraps(conn, rule, now=san_db.now)
+    assert windowed["scrap_id"].tolist() == [recent]
+    assert full["scrap_id"].tolist() == [old, recent]

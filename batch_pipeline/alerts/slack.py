@@ -1,0 +1,33 @@
+"""Posting an alert to a Slack incoming webhook (SAN_ALERT_WEBHOOK_URL); logged when unset."""
+
+import json
+import logging
+import os
+import urllib.request
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BASE_URL = "http://127.0.0.1:3000"
+
+
+def run_link(run_id: str) -> str:
+    base = (os.environ.get("SAN_DAGSTER_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+    return f"{base}/runs/{run_id}"
+
+
+def post_alert(text: str, webhook_url: str | None = None, timeout_s: float = 10.0) -> bool:
+    """Post `text` to the webhook; True when Slack accepted it. Never raises: an alert that
+    cannot be delivered is logged, it must not fail the sensor that raised it."""
+    url = webhook_url if webhook_url is not None else os.environ.get("SAN_ALERT_WEBHOOK_URL")
+    if not url:
+        log.warning("SAN_ALERT_WEBHOOK_URL is not set; alert not posted: %s", text)
+        return False
+    request = urllib.request.Request(
+        url, data=json.dumps({"text": text}).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return 200 <= response.status < 300
+    except Exception as error:
+        log.warning("could not post the alert to the webhook (%s): %s", error, text)
+        return False

@@ -1,0 +1,104 @@
+"""`python -m batch_pipeline doctor`: is this SAN database ready for batch_pipeline?
+
+Checks the connection, every table and column the pipeline needs, the recommended indexes,
+the clock skew between this server and the database, the dispatcher and the time zone. Prints
+what is wrong and how to fix it; ready (exit 0) only when nothing is.
+"""
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from sqlalchemy import text
+
+from batch_pipeline.san.database import SanConnectionError, check_connection, create_san_engine, redacted, utc_now
+from batch_pipeline.san.dispatch import DispatcherConfigError, RedisStreamDispatcher, build_dispatcher
+from batch_pipeline.san.schema import SanSchemaError, missing_recommended_indexes, recommended_index_statements, verify_schema
+from batch_pipeline.san.timezone import TimezoneConfigError, san_timezone_name
+
+# Job ages are measured against this server's clock but written with the app's (or the
+# database's): a skew this large shifts every threshold noticeably.
+MAX_CLOCK_SKEW_SECONDS = 30
+
+
+@dataclass
+class Finding:
+    ok: bool
+    what: str
+    fix: str = ""
+    warning: bool = False  # worth fixing, but the pipeline is ready without it
+
+
+def database_clock(conn) -> datetime:
+    if conn.dialect.name == "postgresql":
+        return conn.execute(text("SELECT now()")).scalar_one()
+    value = conn.execute(text("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")).scalar_one()
+    return datetime.fromisoformat(value).replace(tzinfo=timezone.utc)
+
+
+def diagnose(database_url: str) -> list[Finding]:
+    findings: list[Finding] = []
+    try:
+        findings.append(Finding(True, f"time zone {san_timezone_name()}"))
+    except TimezoneConfigError as error:
+        findings.append(Finding(False, str(error), "set SAN_TIMEZONE to an IANA zone such as Asia/Seoul"))
+    try:
+        engine = create_san_engine(database_url)
+        check_connection(engine)
+    except SanConnectionError as error:
+        findings.append(Finding(False, str(error), "check SAN_DATABASE_URL, the server and the credentials"))
+        return findings
+    findings.append(Finding(True, f"connected to {redacted(engine.url)}"))
+    with engine.connect() as conn:
+        try:
+            verify_schema(conn)
+            findings.append(Finding(True, "every table and column batch_pipeline uses is present"))
+        except SanSchemaError as error:
+            findings.append(Finding(False, str(error), "point SAN_DATABASE_URL at the SAN database"))
+            return findings
+        missing = missing_recommended_indexes(conn)
+        if missing:
+            statements = recommended_index_statements(conn.dialect.name)
+            needed = [s for s in statements if any(f" {ix.name} " in s for ix in missing)]
+            small_demo = conn.dialect.name != "postgresql"  # the embedded SQLite demo is fine without
+            findings.append(Finding(
+                small_demo,
+                "missing recommended indexes: " + ", ".join(ix.name for ix in missing),
+                "run `python -m batch_pipeline create-indexes`, or:\n      " + ";\n      ".join(needed) + ";",
+                warning=small_demo,
+            ))
+        else:
+            findings.append(Finding(True, "recommended indexes present"))
+        skew = (database_clock(conn) - utc_now()).total_seconds()
+        findings.append(Finding(
+            abs(skew) <= MAX_CLOCK_SKEW_SECONDS,
+            f"clock skew database - this server: {skew:+.1f} s",
+            "" if abs(skew) <= MAX_CLOCK_SKEW_SECONDS else "synchronise both clocks (NTP): thresholds are measured in minutes",
+        ))
+        try:
+            dispatcher = build_dispatcher(
+                os.environ.get("SAN_JOB_DISPATCHER"), conn.dialect.name,
+                os.environ.get("SAN_REDIS_URL", "redis://127.0.0.1:6379/0"),
+            )
+            if isinstance(dispatcher, RedisStreamDispatcher):
+                dispatcher._redis().ping()
+            findings.append(Finding(True, f"dispatcher {dispatcher.kind}"))
+        except DispatcherConfigError as error:
+            findings.append(Finding(False, str(error), "set SAN_JOB_DISPATCHER to pg_notify, redis_stream or none"))
+        except Exception as error:  # Redis unreachable
+            findings.append(Finding(False, f"Redis at SAN_REDIS_URL is unreachable: {error}",
+                                    "start Redis or fix SAN_REDIS_URL (jobs are still created, only not announced)"))
+    engine.dispose()
+    return findings
+
+
+def run_doctor(database_url: str, out: Callable[[str], None] = print) -> int:
+    findings = diagnose(database_url)
+    for finding in findings:
+        out(f"{'BAD' if not finding.ok else 'warn' if finding.warning else 'ok '}  {finding.what}")
+        if finding.fix:
+            out(f"     fix: {finding.fix}")
+    ready = all(f.ok for f in findings)
+    out("ready" if ready else "not ready")
+    return 0 if ready else 1

@@ -1,0 +1,1 @@
+"""Keeping the Dagster instance itself healthy: run retention."""

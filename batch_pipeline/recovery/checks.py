@@ -1,0 +1,129 @@
+"""Asset checks on the recovery assets, run after every recovery run (see sensors.py).
+
+- ghost_backlog       no job stale for more than twice its threshold: recovery keeps up (ERROR)
+- exhausted_targets   targets that reached max_attempts since the previous run (WARN, with ids)
+- deferred_backlog    work deferred by the per-run cap more than 3 runs in a row (WARN)
+- recovery_indexes    the recommended indexes exist on the SAN database (WARN, with the DDL)
+"""
+
+from datetime import timedelta
+
+from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetKey,
+    asset_check,
+)
+from sqlalchemy import func, select
+
+from batch_pipeline.recovery import ghost_jobs, orphan_scraps, unrefined_scraps
+from batch_pipeline.san.database import utc_now
+from batch_pipeline.san.resources import SanDatabase
+from batch_pipeline.san.schema import jobs, missing_recommended_indexes, recommended_index_statements
+
+AREAS = (ghost_jobs.AREA, orphan_scraps.AREA, unrefined_scraps.AREA)
+DEFERRED_RUNS_IN_A_ROW = 3
+ID_SAMPLE = 100
+
+
+def recent_audits(context: AssetCheckExecutionContext, area: str, limit: int) -> list[dict]:
+    """The metadata of the area's latest materializations, newest first."""
+    records = context.instance.fetch_materializations(AssetKey(area), limit=limit).records
+    return [{k: v.value for k, v in r.asset_materialization.metadata.items()} for r in records]
+
+
+def backlog_rule(audit: dict | None) -> ghost_jobs.GhostRule:
+    """Twice the thresholds the latest run used (the design's defaults before any run)."""
+    used = (audit or {}).get("thresholds", {})
+    pending = used.get("stale_pending_after_minutes", ghost_jobs.DEFAULT_STALE_PENDING_AFTER.total_seconds() / 60)
+    processing = used.get("stale_processing_after_minutes", ghost_jobs.DEFAULT_STALE_PROCESSING_AFTER.total_seconds() / 60)
+    return ghost_jobs.GhostRule(
+        now=utc_now(),
+        stale_pending_after=2 * timedelta(minutes=pending),
+        stale_processing_after=2 * timedelta(minutes=processing),
+    )
+
+
+@asset_check(asset=ghost_jobs.AREA, name="ghost_backlog",
+             description="No job has been stale for more than twice its threshold (60 min PENDING, 120 min PROCESSING by default).")
+def ghost_backlog(context: AssetCheckExecutionContext, san_database: SanDatabase) -> AssetCheckResult:
+    audits = recent_audits(context, ghost_jobs.AREA, 1)
+    rule = backlog_rule(audits[0] if audits else None)
+    with san_database.get_engine().connect() as conn:
+        count = conn.execute(select(func.count()).select_from(jobs).where(ghost_jobs.is_stale(rule))).scalar_one()
+        sample = conn.execute(select(jobs.c.id).where(ghost_jobs.is_stale(rule)).order_by(jobs.c.id).limit(ID_SAMPLE)).scalars().all()
+    return AssetCheckResult(
+        passed=count == 0,
+        severity=AssetCheckSeverity.ERROR,
+        description=None if count == 0 else f"{count} jobs stale for more than twice the threshold: recovery is not keeping up",
+        metadata={
+            "stale_beyond_twice_threshold": count,
+            "job_ids": sample,
+            "pending_limit_minutes": rule.stale_pending_after.total_seconds() / 60,
+            "processing_limit_minutes": rule.stale_processing_after.total_seconds() / 60,
+        },
+    )
+
+
+def exhausted_targets_check(area: str):
+    @asset_check(asset=area, name="exhausted_targets",
+                 description="Targets that reached max_attempts since the previous run: poison scraps to look at.")
+    def exhausted_targets(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        latest, *previous = recent_audits(context, area, 2) or [{}]
+        before = set(previous[0].get("exhausted_ids", [])) if previous else set()
+        new = [i for i in latest.get("exhausted_ids", []) if i not in before]
+        return AssetCheckResult(
+            passed=not new,
+            severity=AssetCheckSeverity.WARN,
+            description=None if not new else f"{len(new)} targets reached max_attempts and get no new job",
+            metadata={"newly_exhausted": len(new), "exhausted_ids": new[:ID_SAMPLE]},
+        )
+
+    return exhausted_targets
+
+
+def deferred_backlog_check(area: str):
+    @asset_check(asset=area, name="deferred_backlog",
+                 description=f"Work deferred by the per-run cap for more than {DEFERRED_RUNS_IN_A_ROW} runs in a row.")
+    def deferred_backlog(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        audits = recent_audits(context, area, DEFERRED_RUNS_IN_A_ROW + 1)
+        streak = 0
+        for audit in audits:
+            if not audit.get("deferred"):
+                break
+            streak += 1
+        backlog = streak > DEFERRED_RUNS_IN_A_ROW
+        return AssetCheckResult(
+            passed=not backlog,
+            severity=AssetCheckSeverity.WARN,
+            description=None if not backlog else
+            f"deferred for {streak} runs in a row: raise max_enqueue_per_run or run more often",
+            metadata={"runs_in_a_row_with_deferred_work": streak, "deferred_last_run": audits[0].get("deferred", 0) if audits else 0},
+        )
+
+    return deferred_backlog
+
+
+@asset_check(asset=ghost_jobs.AREA, name="recovery_indexes",
+             description="The recommended indexes exist on the SAN database; otherwise detection scans whole tables.")
+def recovery_indexes(san_database: SanDatabase) -> AssetCheckResult:
+    with san_database.get_engine().connect() as conn:
+        missing = missing_recommended_indexes(conn)
+        statements = recommended_index_statements(conn.dialect.name)
+    commands = [s for s in statements if any(f" {ix.name} " in s for ix in missing)]
+    return AssetCheckResult(
+        passed=not missing,
+        severity=AssetCheckSeverity.WARN,
+        description=None if not missing else "missing: " + ", ".join(ix.name for ix in missing)
+        + " (or run `python -m batch_pipeline create-indexes`)",
+        metadata={"missing": [ix.name for ix in missing], "create_with": ";\n".join(commands)},
+    )
+
+
+recovery_checks = [
+    ghost_backlog,
+    recovery_indexes,
+    *(exhausted_targets_check(area) for area in AREAS),
+    *(deferred_backlog_check(area) for area in AREAS),
+]

@@ -1,0 +1,90 @@
+"""Alerts: a failed run and a failed asset check are posted to the webhook, against a local
+HTTP server that records the posts."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+from dagster import DagsterInstance, build_run_status_sensor_context
+
+from batch_pipeline.alerts.slack import post_alert
+from batch_pipeline.definitions import defs
+from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
+
+
+@pytest.fixture
+def webhook(monkeypatch):
+    posts = []
+
+    class Recorder(BaseHTTPRequestHandler):
+        def do_POST(self):
+            posts.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("SAN_ALERT_WEBHOOK_URL", f"http://127.0.0.1:{server.server_port}/hook")
+    monkeypatch.setenv("SAN_DAGSTER_BASE_URL", "https://dagster.san.example")
+    yield posts
+    server.shutdown()
+
+
+def resources(url):
+    return {"san_database": SanDatabase(url=url), "job_dispatcher": JobDispatcherResource(kind="none")}
+
+
+def test_a_failed_run_is_posted_with_job_run_step_and_link(webhook):
+    instance = DagsterInstance.ephemeral()
+    result = defs.resolve_job_def("recovery_job").execute_in_process(
+        resources=resources("postgresql+psycopg://postgres@127.0.0.1:1/san"), instance=instance, raise_on_error=False,
+    )
+    assert not result.success
+    context = build_run_status_sensor_context(
+        sensor_name="run_failure_alert", dagster_event=result.get_run_failure_event(),
+        dagster_instance=instance, dagster_run=result.dagster_run,
+    ).for_run_failure()
+    defs.resolve_sensor_def("run_failure_alert")(context)
+    [post] = webhook
+    assert "recovery_job" in post["text"] and result.run_id in post["text"]
+    assert "check_san_database" in post["text"]
+    assert f"https://dagster.san.example/runs/{result.run_id}" in post["text"]
+
+
+def test_a_failed_asset_check_is_posted(webhook, pg_db):
+    instance = DagsterInstance.ephemeral()
+    result = defs.resolve_job_def("recovery_checks_job").execute_in_process(resources=resources(pg_db.url), instance=instance)
+    context = build_run_status_sensor_context(
+        sensor_name="asset_check_alert", dagster_event=result.get_run_success_event(),
+        dagster_instance=instance, dagster_run=result.dagster_run,
+    )
+    defs.resolve_sensor_def("asset_check_alert")(context)
+    [post] = webhook
+    assert "recovery_indexes" in post["text"] and "WARN" in post["text"] and "ghost_job_recovery" in post["text"]
+    assert f"https://dagster.san.example/runs/{result.run_id}" in post["text"]
+
+
+def test_passing_checks_post_nothing(webhook, san_db):
+    from batch_pipeline.san.schema import create_recommended_indexes
+
+    create_recommended_indexes(san_db.engine)
+    instance = DagsterInstance.ephemeral()
+    result = defs.resolve_job_def("recovery_checks_job").execute_in_process(resources=resources(san_db.url), instance=instance)
+    context = build_run_status_sensor_context(
+        sensor_name="asset_check_alert", dagster_event=result.get_run_success_event(),
+        dagster_instance=instance, dagster_run=result.dagster_run,
+    )
+    defs.resolve_sensor_def("asset_check_alert")(context)
+    assert webhook == []
+
+
+def test_without_a_webhook_the_alert_is_logged(monkeypatch, caplog):
+    monkeypatch.delenv("SAN_ALERT_WEBHOOK_URL", raising=False)
+    assert post_alert("recovery_job failed") is False
+    assert "SAN_ALERT_WEBHOOK_URL is not set; alert not posted: recovery_job failed" in caplog.text

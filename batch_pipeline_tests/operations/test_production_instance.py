@@ -1,0 +1,96 @@
+"""deploy/dagster.prod.yaml for real: dagster-daemon and dagster-webserver on PostgreSQL storage
+(the local server), and a scheduled tick that launches a recovery run which succeeds."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from batch_pipeline.san.database import create_san_engine
+from batch_pipeline.san.schema import CARD_ANALYSIS, FAILED, PENDING
+from batch_pipeline_tests.conftest import pg_admin_url
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(os.sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(command, env, log):
+    # Background dagster processes ignore SIGINT/SIGTERM inherited as ignored: restore defaults.
+    def reset_signals():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            preexec_fn=reset_signals, start_new_session=True)
+
+
+def stop(process):
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=20)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def test_a_scheduled_tick_launches_a_recovery_run_on_the_production_instance(tmp_path, pg_db):
+    ghost = pg_db.job(CARD_ANALYSIS, 1, PENDING, created_at=pg_db.ago(hours=1))
+    admin = create_san_engine(pg_admin_url()).execution_options(isolation_level="AUTOCOMMIT")
+    storage_db = f"bp_dagster_{uuid.uuid4().hex[:10]}"
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {storage_db}"))
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / "deploy" / "dagster.prod.yaml", home / "dagster.yaml")
+    server = make_url(pg_admin_url())
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "DAGSTER_PG_HOST": server.host or "127.0.0.1", "DAGSTER_PG_PORT": str(server.port or 5432),
+        "DAGSTER_PG_USER": server.username or "postgres", "DAGSTER_PG_PASSWORD": server.password or "unused",
+        "DAGSTER_PG_DB": storage_db,
+        "SAN_DATABASE_URL": pg_db.url, "SAN_JOB_DISPATCHER": "none",
+        "SAN_RECOVERY_CRON": "* * * * *",  # a tick every minute instead of every 2 hours
+    }
+    port = free_port()
+    log = open(tmp_path / "dagster.log", "w")
+    daemon = start([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], env, log)
+    webserver = start([str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)], env, log)
+    try:
+        runs = []
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            time.sleep(5)
+            with DagsterInstance.from_config(str(home)) as instance:
+                runs = instance.get_runs(RunsFilter(job_name="recovery_job", tags={"dagster/schedule_name": "recovery_schedule"}))
+                if any(run.status == DagsterRunStatus.SUCCESS for run in runs):
+                    break
+        assert any(run.status == DagsterRunStatus.SUCCESS for run in runs), (tmp_path / "dagster.log").read_text()[-3000:]
+        assert job_status(pg_db, ghost) == FAILED  # the scheduled run really healed the SAN database
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=10) as response:
+            assert response.status == 200
+    finally:
+        stop(webserver)
+        stop(daemon)
+        log.close()
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {storage_db} WITH (FORCE)"))
+        admin.dispose()
+
+
+def job_status(db, job_id):
+    return db.get_job(job_id).status

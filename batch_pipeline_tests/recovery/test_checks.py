@@ -1,0 +1,76 @@
+"""The recovery assets' checks, run as Dagster runs them: in recovery_checks_job."""
+
+from dagster import DagsterInstance
+
+from batch_pipeline.definitions import defs
+from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
+from batch_pipeline.san.schema import CARD_ANALYSIS, FAILED, PENDING, PROCESSING, create_recommended_indexes
+from batch_pipeline_tests.recovery.test_jobs import run_recovery
+
+
+def run_checks(db, instance):
+    result = defs.resolve_job_def("recovery_checks_job").execute_in_process(
+        resources={"san_database": SanDatabase(url=db.url), "job_dispatcher": JobDispatcherResource(kind="none")},
+        instance=instance,
+    )
+    assert result.success
+    evaluations = {}
+    for event in result.all_events:
+        if event.event_type_value == "ASSET_CHECK_EVALUATION":
+            data = event.event_specific_data
+            evaluations[(data.asset_key.to_user_string(), data.check_name)] = data
+    return evaluations
+
+
+def test_all_checks_pass_on_a_healthy_database_with_indexes(san_db):
+    create_recommended_indexes(san_db.engine)
+    instance = DagsterInstance.ephemeral()
+    run_recovery(san_db, instance=instance)
+    evaluations = run_checks(san_db, instance)
+    assert len(evaluations) == 8
+    assert all(e.passed for e in evaluations.values()), {k: e.description for k, e in evaluations.items() if not e.passed}
+
+
+def test_ghost_backlog_fails_with_error_when_a_ghost_outlives_twice_its_threshold(san_db):
+    create_recommended_indexes(san_db.engine)
+    instance = DagsterInstance.ephemeral()
+    san_db.job(CARD_ANALYSIS, 1, PENDING, created_at=san_db.ago(minutes=59))  # within twice 30 min
+    old = san_db.job(CARD_ANALYSIS, 2, PROCESSING, created_at=san_db.ago(hours=5), started_at=san_db.ago(minutes=121))
+    evaluation = run_checks(san_db, instance)[("ghost_job_recovery", "ghost_backlog")]
+    assert not evaluation.passed and evaluation.severity.value == "ERROR"
+    assert evaluation.metadata["job_ids"].value == [old]
+
+
+def test_recovery_indexes_warns_with_the_exact_commands(pg_db):
+    evaluation = run_checks(pg_db, DagsterInstance.ephemeral())[("ghost_job_recovery", "recovery_indexes")]
+    assert not evaluation.passed and evaluation.severity.value == "WARN"
+    assert "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_san_jobs_target" in evaluation.metadata["create_with"].value
+
+
+def test_exhausted_targets_warns_once_with_the_new_ids(san_db):
+    create_recommended_indexes(san_db.engine)
+    instance = DagsterInstance.ephemeral()
+    user = san_db.user()
+    poison = san_db.scrap(user, created_at=san_db.ago(hours=3))
+    for _ in range(2):
+        san_db.job(CARD_ANALYSIS, poison, FAILED, created_at=san_db.ago(hours=3))
+    run_recovery(san_db, instance=instance, config={"max_attempts": 2})
+    first = run_checks(san_db, instance)[("orphan_scrap_recovery", "exhausted_targets")]
+    assert not first.passed and first.metadata["exhausted_ids"].value == [poison]
+    run_recovery(san_db, instance=instance, config={"max_attempts": 2})  # still exhausted, no longer new
+    assert run_checks(san_db, instance)[("orphan_scrap_recovery", "exhausted_targets")].passed
+
+
+def test_deferred_backlog_warns_after_more_than_three_runs_in_a_row(san_db):
+    create_recommended_indexes(san_db.engine)
+    instance = DagsterInstance.ephemeral()
+    user = san_db.user()
+    for _ in range(6):
+        san_db.scrap(user, created_at=san_db.ago(hours=3), refined=True, card=True)
+    for hours in range(6):
+        san_db.job(CARD_ANALYSIS, 1000 + hours, PENDING, created_at=san_db.ago(hours=hours + 1))
+    for run in range(4):
+        run_recovery(san_db, instance=instance, config={"max_enqueue_per_run": 1})
+        evaluation = run_checks(san_db, instance)[("ghost_job_recovery", "deferred_backlog")]
+        assert evaluation.passed == (run < 3)
+    assert evaluation.metadata["runs_in_a_row_with_deferred_work"].value == 4

@@ -1,0 +1,20 @@
+"""The benchmark at scale 0.01, so it cannot rot: it runs end to end on the real PostgreSQL and
+the pipeline changes exactly the rows the raw-SQL baseline changes. No timing is asserted."""
+
+import re
+import uuid
+
+from bench.runner import run_benchmark
+from batch_pipeline_tests.conftest import pg_admin_url
+
+
+def test_benchmark_runs_and_pipeline_matches_the_baseline():
+    lines = []
+    figures = run_benchmark(0.01, pg_admin_url(), repeats=1, out=lines.append, prefix=f"bp_bench_{uuid.uuid4().hex[:8]}")
+    for area in ("ghost_job_recovery", "orphan_scrap_recovery", "orphan_scrap_refine_recovery"):
+        assert figures.rows[f"pipeline {area}"] == figures.rows[f"baseline {area}"] > 0
+    assert figures.rows["pipeline til jobs"] == figures.rows["baseline til jobs"] > 0
+    assert re.fullmatch(r"ratio recovery=\d+\.\d\d til=\d+\.\d\d overhead_s=\d+\.\d rss_mb=\d+", figures.summary_line())
+    text = "\n".join(lines)
+    assert "Index Only Scan jobs(ix_san_jobs_target)" in text  # plans are reported with the indexes
+    assert "Seq Scan" in text  # and without them

@@ -1,0 +1,45 @@
+"""`python -m batch_pipeline doctor`: ready only when nothing is wrong, and says how to fix it."""
+
+from sqlalchemy import text
+
+from batch_pipeline.doctor import run_doctor
+from batch_pipeline.san.schema import create_recommended_indexes
+
+
+def doctor(url, monkeypatch, **env):
+    for name in ("SAN_JOB_DISPATCHER", "SAN_TIMEZONE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    lines = []
+    return run_doctor(url, out=lines.append), "\n".join(lines)
+
+
+def test_a_ready_database(pg_db, monkeypatch):
+    create_recommended_indexes(pg_db.engine)
+    code, report = doctor(pg_db.url, monkeypatch)
+    assert code == 0 and report.endswith("ready")
+    assert "clock skew database - this server" in report and "dispatcher pg_notify" in report
+
+
+def test_missing_indexes_are_not_ready_on_postgres_and_the_fix_is_printed(pg_db, monkeypatch):
+    code, report = doctor(pg_db.url, monkeypatch)
+    assert code == 1 and report.endswith("not ready")
+    assert "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_san_jobs_target ON jobs (target_id, job_type) INCLUDE (status)" in report
+
+
+def test_a_missing_column_an_unknown_dispatcher_and_a_bad_zone(pg_db, monkeypatch):
+    create_recommended_indexes(pg_db.engine)
+    with pg_db.engine.begin() as conn:
+        conn.execute(text("ALTER TABLE knowledge_cards DROP COLUMN user_id"))
+    code, report = doctor(pg_db.url, monkeypatch, SAN_TIMEZONE="Nowhere/Land")
+    assert code == 1
+    assert "column 'knowledge_cards.user_id' is missing" in report
+    assert "SAN_TIMEZONE='Nowhere/Land' is not a known IANA time zone" in report
+
+
+def test_unknown_dispatcher_and_unreachable_server(san_db, monkeypatch):
+    code, report = doctor(san_db.url, monkeypatch, SAN_JOB_DISPATCHER="smoke-signals")
+    assert code == 1 and "SAN_JOB_DISPATCHER='smoke-signals' is not a dispatcher" in report
+    code, report = doctor("postgresql+psycopg://postgres@127.0.0.1:1/san", monkeypatch)
+    assert code == 1 and "cannot connect to the SAN database" in report

@@ -1,0 +1,37 @@
+"""python -m bench --scale S [--database-url URL] [--repeats N] [--keep]
+
+Seeds a SAN database at scale S on the PostgreSQL server of URL (default: the local server),
+then, in this process and on identical copies of that state (restored from a template database
+before every run), times back to back: the raw-SQL baseline and the pipeline (recovery_job and
+one til_auto_generation_job partition through Dagster's execute_in_process), without and with
+the recommended indexes. Prints medians, ratios, plan shapes, per-op timings, rows changed and
+peak RSS; the last line is machine-readable:
+
+    ratio recovery=X.XX til=Y.YY overhead_s=Z.Z rss_mb=N
+"""
+
+import argparse
+import sys
+
+from bench.runner import DEFAULT_SERVER_URL, run_benchmark
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", type=float, required=True, help="1 = 2,000,000 scraps; 0.1 for CI-sized runs")
+    parser.add_argument("--database-url", default=DEFAULT_SERVER_URL,
+                        help="any database on the PostgreSQL server to use; the benchmark creates its own "
+                        "san_bench_* databases there (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each measurement (median reported)")
+    parser.add_argument("--keep", action="store_true", help="keep the san_bench_* databases afterwards")
+    args = parser.parse_args(argv)
+    if args.scale <= 0 or args.repeats < 1:
+        parser.error("--scale must be > 0 and --repeats >= 1")
+    result = run_benchmark(args.scale, args.database_url, repeats=args.repeats, keep=args.keep, out=print)
+    print(result.summary_line())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

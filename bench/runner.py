@@ -1,0 +1,348 @@
+"""The benchmark's orchestration: templates, restores, timed runs, plans, figures."""
+
+import resource
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+import psycopg
+from dagster import AssetKey, DagsterInstance
+from sqlalchemy.engine import make_url
+
+from batch_pipeline.definitions import defs
+from batch_pipeline.recovery.ghost_jobs import GhostRule, detect_stale_jobs_query
+from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
+from batch_pipeline.recovery.scrap_recovery import detect_query
+from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
+from batch_pipeline.san.database import create_san_engine
+from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
+from batch_pipeline.san.schema import create_recommended_indexes
+from batch_pipeline.til.auto_generation import day_bounds, users_of_day_query
+from bench import baseline
+from bench.seed import APP_DDL, Scale, seed
+
+DEFAULT_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+DEFAULT_PREFIX = "san_bench"  # databases {prefix}_template_noidx, _template_idx, _run, _empty
+ZONE = "Asia/Seoul"
+AREAS = [area for area, _, _ in baseline.RECOVERY_AREAS]
+# Per-run caps lifted for the measurement; the rules are the design's defaults.
+LIFTED = {"max_enqueue_per_run": 100_000_000}
+
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def db_url(server_url: str, database: str) -> str:
+    return make_url(server_url).set(database=database).render_as_string(hide_password=False)
+
+
+def psycopg_conninfo(url: str) -> dict:
+    parsed = make_url(url)
+    return {k: v for k, v in {
+        "host": parsed.host, "port": parsed.port, "user": parsed.username, "password": parsed.password,
+        "dbname": parsed.database,
+    }.items() if v is not None}
+
+
+class Server:
+    """Admin connection to the PostgreSQL server: create, copy and drop the bench databases."""
+
+    def __init__(self, url: str, prefix: str = DEFAULT_PREFIX):
+        self.url = url
+        self.conn = psycopg.connect(**psycopg_conninfo(url), autocommit=True)
+        self.run_db, self.empty_db = f"{prefix}_run", f"{prefix}_empty"
+        self.templates = {mode: f"{prefix}_template_{mode}" for mode in ("noidx", "idx")}
+
+    def drop(self, name: str) -> None:
+        self.conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+    def create(self, name: str, template: str | None = None) -> float:
+        started = time.perf_counter()
+        self.drop(name)
+        if template:  # a copy needs the template to itself (e.g. a killed earlier run's backend)
+            self.conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                (template,),
+            )
+        self.conn.execute(f"CREATE DATABASE {name}" + (f" TEMPLATE {template}" if template else ""))
+        return time.perf_counter() - started
+
+    def connect(self, name: str) -> psycopg.Connection:
+        return psycopg.connect(**{**psycopg_conninfo(self.url), "dbname": name}, autocommit=True)
+
+
+@dataclass
+class Figures:
+    """Every timing, keyed by (index mode, measurement)."""
+
+    times: dict = field(default_factory=lambda: defaultdict(list))
+    rows: dict = field(default_factory=dict)
+    op_times: dict = field(default_factory=lambda: defaultdict(list))
+    overhead: dict = field(default_factory=dict)
+    write_cost: dict = field(default_factory=dict)
+    rss_mb: int = 0
+
+    def ratio(self, job: str) -> float:
+        pipeline = median(self.times[("idx", f"pipeline {job}")]) - self.overhead[job]
+        return pipeline / median(self.times[("idx", f"baseline {job}")])
+
+    def summary_line(self) -> str:
+        return (
+            f"ratio recovery={self.ratio('recovery'):.2f} til={self.ratio('til'):.2f} "
+            f"overhead_s={max(self.overhead.values()):.1f} rss_mb={self.rss_mb}"
+        )
+
+
+def step_durations(instance, result) -> dict[str, float]:
+    """Per-op seconds, from the STEP_START and STEP_SUCCESS entries Dagster recorded."""
+    starts, durations = {}, {}
+    for entry in instance.all_logs(result.run_id):
+        event = entry.dagster_event
+        if event is None:
+            continue
+        if event.event_type_value == "STEP_START":
+            starts[event.step_key] = entry.timestamp
+        elif event.event_type_value == "STEP_SUCCESS":
+            durations[event.step_key] = entry.timestamp - starts[event.step_key]
+    return durations
+
+
+def run_pipeline(job_name: str, url: str, config: dict, partition_key: str | None = None):
+    """One run through Dagster, timed from launch to finish; returns (seconds, result, instance)."""
+    instance = DagsterInstance.ephemeral()
+    started = time.perf_counter()
+    result = defs.resolve_job_def(job_name).execute_in_process(
+        run_config={
+            "ops": {"check_san_database": {"config": config}},
+            "loggers": {"console": {"config": {"log_level": "WARNING"}}},
+        },
+        resources={"san_database": SanDatabase(url=url), "job_dispatcher": JobDispatcherResource()},
+        instance=instance,
+        partition_key=partition_key,
+    )
+    elapsed = time.perf_counter() - started
+    return elapsed, result, instance
+
+
+def materialized(instance, area: str) -> dict:
+    event = instance.get_latest_materialization_event(AssetKey(area))
+    return {k: v.value for k, v in event.asset_materialization.metadata.items()}
+
+
+def plan_shape(conn: psycopg.Connection, sql: str, params: dict) -> str:
+    """The plan's scan nodes, e.g. 'Index Only Scan jobs(ix_san_jobs_target), Seq Scan scraps'."""
+    [[plan]] = conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()
+    scans = []
+
+    def walk(node):
+        kind = node["Node Type"]
+        if "Scan" in kind and "Relation Name" in node:
+            index = f"({node['Index Name']})" if "Index Name" in node else ""
+            scans.append(f"{kind} {node['Relation Name']}{index}")
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan["Plan"])
+    return ", ".join(scans)
+
+
+def detection_queries(now: datetime, day: date):
+    engine = create_san_engine(DEFAULT_SERVER_URL)  # only its dialect, to compile; never connects
+    start, end = day_bounds(day, ZONE)
+    queries = {
+        "ghost detection": detect_stale_jobs_query(GhostRule(now=now)),
+        "orphan detection": detect_query(ORPHAN_SCRAPS, created_before=now - timedelta(minutes=10)),
+        "orphan detection, 48 h look-back": detect_query(
+            ORPHAN_SCRAPS, created_before=now - timedelta(minutes=10), created_since=now - timedelta(hours=48)
+        ),
+        "unrefined detection": detect_query(UNREFINED_SCRAPS, created_before=now - timedelta(minutes=10)),
+        "TIL active users": users_of_day_query(start, end),
+    }
+    for name, query in queries.items():
+        compiled = query.compile(dialect=engine.dialect, compile_kwargs={"render_postcompile": True})
+        yield name, str(compiled), compiled.params
+
+
+def run_benchmark(scale_factor: float, server_url: str, repeats: int = 3, keep: bool = False,
+                  out: Callable[[str], None] = print, prefix: str = DEFAULT_PREFIX) -> Figures:
+    scale = Scale(scale_factor)
+    server = Server(server_url, prefix)
+    figures = Figures()
+    now = datetime.now(timezone.utc)
+    til_day = (now.astimezone(ZoneInfo(ZONE)) - timedelta(days=1)).date()
+    out(f"# batch_pipeline benchmark, scale {scale_factor}: {scale.users:,} users, {scale.scraps:,} scraps, "
+        f"TIL day {til_day}, {repeats} repeats")
+
+    # Seed once, then two templates: the app's DDL as it is, and with the recommended indexes.
+    started = time.perf_counter()
+    server.create(server.templates["noidx"])
+    with server.connect(server.templates["noidx"]) as conn:
+        seed(conn, scale, now)
+        counts = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("scraps", "jobs", "daily_summaries")}
+    out(f"seeded in {time.perf_counter() - started:.1f} s: " + ", ".join(f"{t} {n:,}" for t, n in counts.items()))
+    server.create(server.templates["idx"], template=server.templates["noidx"])
+    started = time.perf_counter()
+    index_engine = create_san_engine(db_url(server_url, server.templates["idx"]))
+    create_recommended_indexes(index_engine)
+    index_engine.dispose()
+    with server.connect(server.templates["idx"]) as conn:
+        conn.execute("VACUUM ANALYZE")
+        sizes = conn.execute(
+            "SELECT relname, pg_size_pretty(pg_relation_size(oid)) FROM pg_class WHERE relname LIKE 'ix_san_%' ORDER BY 1"
+        ).fetchall()
+    out(f"recommended indexes built in {time.perf_counter() - started:.1f} s: " + ", ".join(f"{n} {s}" for n, s in sizes))
+
+    # Dagster's fixed cost: the same jobs on an empty SAN database.
+    server.create(server.empty_db)
+    with server.connect(server.empty_db) as conn:
+        conn.execute(APP_DDL.read_text())
+    empty_url = db_url(server_url, server.empty_db)
+    figures.overhead["recovery"] = median([run_pipeline("recovery_job", empty_url, {})[0] for _ in range(repeats)])
+    figures.overhead["til"] = median(
+        [run_pipeline("til_auto_generation_job", empty_url, {}, partition_key=str(til_day))[0] for _ in range(repeats)]
+    )
+    out(f"fixed Dagster overhead (empty database): recovery_job {figures.overhead['recovery']:.2f} s, "
+        f"til_auto_generation_job {figures.overhead['til']:.2f} s")
+
+    run_url = db_url(server_url, server.run_db)
+    restores = []
+    for mode in ("noidx", "idx"):
+        template = server.templates[mode]
+        restores.append(server.create(server.run_db, template=template))
+        out(f"\n## {'with' if mode == 'idx' else 'without'} the recommended indexes: plan shapes")
+        with server.connect(server.run_db) as conn:
+            for name, sql, params in detection_queries(now, til_day):
+                out(f"  {name:34s} {plan_shape(conn, sql, params)}")
+        cost = app_write_cost(server, template)
+        figures.write_cost[mode] = cost
+        out(f"  app job updates: {cost['updates']:,} single-row worker updates, {cost['ms_per_update']:.3f} ms each, "
+            f"{100 * cost['hot_share']:.0f} % HOT")
+        for _ in range(repeats):
+            _baseline_recovery(server, template, figures, mode, now, restores)
+            _pipeline_recovery(server, template, run_url, figures, mode, restores)
+            _baseline_til(server, template, figures, mode, now, til_day, restores)
+            _pipeline_til(server, template, run_url, figures, mode, til_day, restores)
+        _print_mode(figures, mode, out)
+
+    figures.rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    out(f"\nrestore of a template copy: median {median(restores):.2f} s (not counted in any figure)")
+    out(f"peak RSS of this process (seeding is in PostgreSQL): {figures.rss_mb} MB")
+    out("rows changed (with indexes): " + ", ".join(f"{k} {v:,}" for k, v in figures.rows.items()))
+    if not keep:
+        for name in (server.run_db, server.empty_db, server.templates["idx"], server.templates["noidx"]):
+            server.drop(name)
+    server.conn.close()
+    return figures
+
+
+APP_UPDATES = 5_000
+
+
+def app_write_cost(server: Server, template: str) -> dict:
+    """What the indexes cost the SAN application: its workers' own job updates.
+
+    Replays APP_UPDATES worker transitions (PENDING -> PROCESSING, PROCESSING -> COMPLETED), one
+    transaction each as a worker does, and reads how many were HOT (heap-only: no index touched).
+    A partial index whose predicate names `status` makes every status change non-HOT.
+    """
+    server.create(server.run_db, template=template)
+    with server.connect(server.run_db) as conn:
+        ids = [row[0] for row in conn.execute(
+            "SELECT id FROM jobs WHERE status IN ('PENDING', 'PROCESSING') ORDER BY id LIMIT %s", (APP_UPDATES,)
+        )]
+        conn.execute("SELECT pg_stat_reset_single_table_counters('jobs'::regclass)")
+        started = time.perf_counter()
+        for job_id in ids:
+            conn.execute(
+                "UPDATE jobs SET status = CASE status WHEN 'PENDING' THEN 'PROCESSING' ELSE 'COMPLETED' END, "
+                "updated_at = now(), started_at = coalesce(started_at, now()) WHERE id = %s", (job_id,)
+            )
+        elapsed = time.perf_counter() - started
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        time.sleep(0.5)
+        updates, hot = conn.execute(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'jobs'"
+        ).fetchone()
+    return {"updates": len(ids), "ms_per_update": 1000 * elapsed / max(len(ids), 1), "hot_share": hot / max(updates, 1)}
+
+
+def _baseline_recovery(server, template, figures, mode, now, restores):
+    restores.append(server.create(server.run_db, template=template))
+    params = {
+        "now": now, "pending_cutoff": now - timedelta(minutes=30), "processing_cutoff": now - timedelta(minutes=60),
+        "grace_cutoff": now - timedelta(minutes=10), "max_attempts": 10,
+    }
+    total = 0.0
+    with server.connect(server.run_db) as conn:
+        for area, sql, extra in baseline.RECOVERY_AREAS:
+            started = time.perf_counter()
+            rows = conn.execute(sql, {**params, **extra}).fetchone()[0]
+            elapsed = time.perf_counter() - started
+            total += elapsed
+            figures.times[(mode, f"baseline {area}")].append(elapsed)
+            if mode == "idx":
+                figures.rows[f"baseline {area}"] = rows
+    figures.times[(mode, "baseline recovery")].append(total)
+
+
+def _pipeline_recovery(server, template, run_url, figures, mode, restores):
+    restores.append(server.create(server.run_db, template=template))
+    elapsed, result, instance = run_pipeline("recovery_job", run_url, LIFTED)
+    figures.times[(mode, "pipeline recovery")].append(elapsed)
+    steps = step_durations(instance, result)
+    for step, seconds in steps.items():
+        figures.op_times[(mode, step)].append(seconds)
+    for area, detect, recover in zip(AREAS, ("detect_ghost_jobs", "detect_orphan_scraps", "detect_unrefined_scraps"),
+                                     ("recover_ghost_jobs", "recover_orphan_scraps", "recover_unrefined_scraps")):
+        figures.times[(mode, f"pipeline {area}")].append(steps[detect] + steps[recover])
+        if mode == "idx":
+            figures.rows[f"pipeline {area}"] = materialized(instance, area)["enqueued"]
+    # Steady state: the same database again, nothing left to recover.
+    for label, config in (("steady", {}), ("steady, 48 h look-back", {"scrap_lookback_hours": 48})):
+        elapsed, result, instance = run_pipeline("recovery_job", run_url, {**LIFTED, **config})
+        steps = step_durations(instance, result)
+        figures.times[(mode, f"{label} run")].append(elapsed)
+        figures.times[(mode, f"{label} database")].append(sum(v for k, v in steps.items() if k.startswith("detect_")))
+
+
+def _baseline_til(server, template, figures, mode, now, day, restores):
+    restores.append(server.create(server.run_db, template=template))
+    start, end = day_bounds(day, ZONE)
+    with server.connect(server.run_db) as conn:
+        started = time.perf_counter()
+        rows = conn.execute(baseline.TIL_GENERATION, {"day_start": start, "day_end": end, "day": day, "now": now}).fetchone()[0]
+        figures.times[(mode, "baseline til")].append(time.perf_counter() - started)
+    if mode == "idx":
+        figures.rows["baseline til jobs"] = rows
+
+
+def _pipeline_til(server, template, run_url, figures, mode, day, restores):
+    restores.append(server.create(server.run_db, template=template))
+    elapsed, result, instance = run_pipeline("til_auto_generation_job", run_url, {}, partition_key=str(day))
+    figures.times[(mode, "pipeline til")].append(elapsed)
+    for step, seconds in step_durations(instance, result).items():
+        figures.op_times[(mode, step)].append(seconds)
+    if mode == "idx":
+        figures.rows["pipeline til jobs"] = materialized(instance, "til_auto_generation")["jobs_created"]
+
+
+def _print_mode(figures, mode, out):
+    t = figures.times
+    out(f"\n  {'measurement':34s} {'baseline s':>11s} {'pipeline s':>11s} {'ratio':>7s}")
+    for area in AREAS:
+        b, p = median(t[(mode, f"baseline {area}")]), median(t[(mode, f"pipeline {area}")])
+        out(f"  {area:34s} {b:11.3f} {p:11.3f} {p / b:7.2f}")
+    for job in ("recovery", "til"):
+        b, p = median(t[(mode, f"baseline {job}")]), median(t[(mode, f"pipeline {job}")])
+        net = p - figures.overhead[job]
+        out(f"  {job + ' (whole run, minus overhead)':34s} {b:11.3f} {net:11.3f} {net / b:7.2f}   (run {p:.3f} s)")
+    for label in ("steady", "steady, 48 h look-back"):
+        out(f"  {'recovery ' + label + ' state':34s} run {median(t[(mode, label + ' run')]):.3f} s, "
+            f"detection (database) {median(t[(mode, label + ' database')]):.3f} s")
+    out("  per-op medians (Dagster step timings): " + ", ".join(
+        f"{step} {median(v):.3f}" for (m, step), v in figures.op_times.items() if m == mode))
