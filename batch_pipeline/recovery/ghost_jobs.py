@@ -216,16 +216,19 @@ def recover_ghost_jobs(
     report.exhausted = len(report.exhausted_ids)
     report.enqueued = len(replacement_of)
     report.skipped_by_race = len(work) - len(closed_ids)
+    closed = work[work["job_id"].isin(closed_ids)]
     report.recovered = [
         {
-            "failed_job_id": int(row.job_id),
-            "new_job_id": replacement_of[row.job_id].job_id if row.job_id in replacement_of else None,
-            "job_type": row.job_type,
-            "target_id": int(row.target_id),
-            "stale_status": row.status,
+            "failed_job_id": job_id,
+            "new_job_id": replacement_of[job_id].job_id if job_id in replacement_of else None,
+            "job_type": job_type,
+            "target_id": target_id,
+            "stale_status": status,
         }
-        for row in work.itertuples()
-        if row.job_id in closed_ids
+        # .tolist() gives plain ints and strs; iterating the frame row by row boxes every value
+        for job_id, job_type, target_id, status in zip(
+            closed["job_id"].tolist(), closed["job_type"].tolist(), closed["target_id"].tolist(), closed["status"].tolist()
+        )
     ]
     report.batches = batches.batches
     report.announce_failures = batches.announce_failures

@@ -16,7 +16,7 @@ class RecoveryPolicy:
 
     max_attempts: int = 10  # poison cap per (job_type, target_id); 0 = unlimited
     max_enqueue_per_run: int = 5_000  # new jobs per area and run
-    batch_size: int = 1_000  # rows per write transaction
+    batch_size: int = 5_000  # rows per write transaction
     dry_run: bool = False
     limits: WriteLimits = WriteLimits()
 

@@ -7,7 +7,7 @@ from batch_pipeline.san.database import WriteLimits
 
 
 class WriteConfig(Config):
-    batch_size: int = Field(default=1_000, gt=0, le=10_000, description="Rows per write transaction.")
+    batch_size: int = Field(default=5_000, gt=0, le=50_000, description="Rows per write transaction.")
     lock_timeout_ms: int = Field(default=5_000, gt=0, description="PostgreSQL lock_timeout per write batch.")
     statement_timeout_ms: int = Field(
         default=120_000, gt=0, description="PostgreSQL statement_timeout per write batch."
