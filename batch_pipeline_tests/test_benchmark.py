@@ -14,7 +14,8 @@ def test_benchmark_runs_and_pipeline_matches_the_baseline():
     for area in ("ghost_job_recovery", "orphan_scrap_recovery", "orphan_scrap_refine_recovery"):
         assert figures.rows[f"pipeline {area}"] == figures.rows[f"baseline {area}"] > 0
     assert figures.rows["pipeline til jobs"] == figures.rows["baseline til jobs"] > 0
-    assert re.fullmatch(r"ratio recovery=\d+\.\d\d til=\d+\.\d\d overhead_s=\d+\.\d rss_mb=\d+", figures.summary_line())
+    # at this toy scale the fixed overhead can exceed a run, so a ratio may be negative
+    assert re.fullmatch(r"ratio recovery=-?\d+\.\d\d til=-?\d+\.\d\d overhead_s=\d+\.\d rss_mb=\d+", figures.summary_line())
     text = "\n".join(lines)
     assert "Index Only Scan jobs(ix_san_jobs_target)" in text  # plans are reported with the indexes
     assert "Seq Scan" in text  # and without them
