@@ -19,5 +19,7 @@ run: $(STAMP)
 	mkdir -p .dagster_home && ln -sf ../dagster.yaml .dagster_home/dagster.yaml
 	DAGSTER_HOME=$(CURDIR)/.dagster_home $(VENV)/bin/dagster dev --host 127.0.0.1 --port 3000
 
+# --dist loadfile: a test module runs on one worker, in order (the UI test walks through steps).
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -n 2 batch_pipeline_tests
+	scripts/install-chromium
+	$(VENV)/bin/python -m pytest -n 2 --dist loadfile batch_pipeline_tests

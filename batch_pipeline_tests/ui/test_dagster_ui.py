@@ -1,0 +1,219 @@
+"""The Dagster UI as SAN's engineers use it, in a real browser (Playwright driving Debian's
+Chromium at /usr/bin/chromium), against `dagster dev` on the embedded default.
+
+Screenshots of every step are saved in test-artifacts/ui/.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from datetime import datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster._core.scheduler.instigation import InstigatorStatus, InstigatorType
+from playwright.sync_api import expect, sync_playwright
+from sqlalchemy import insert
+
+from batch_pipeline.san.database import create_san_engine, utc_now
+from batch_pipeline.san.schema import CARD_ANALYSIS, PENDING, jobs
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts" / "ui"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(condition, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(2)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def dagster_dev(tmp_path_factory):
+    """`dagster dev` as `make run` starts it: ./dagster.yaml, embedded SAN database."""
+    tmp = tmp_path_factory.mktemp("dagster_dev")
+    home = tmp / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    env = {**os.environ, "DAGSTER_HOME": str(home), "SAN_DATA_DIR": str(tmp / "data")}
+    for name in ("SAN_DATABASE_URL", "SAN_JOB_DISPATCHER", "SAN_TIMEZONE", "SAN_RECOVERY_CRON"):
+        env.pop(name, None)
+    port = free_port()
+    log = open(tmp / "dagster_dev.log", "w")
+
+    def default_signals():  # a background dagster dev ignores inherited-ignored SIGINT/SIGTERM
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    process = subprocess.Popen(
+        [str(ROOT / ".venv" / "bin" / "dagster"), "dev", "-h", "127.0.0.1", "-p", str(port)],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=default_signals, start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def up():
+        try:
+            return urllib.request.urlopen(f"{base}/server_info", timeout=2).status == 200
+        except OSError:
+            return False
+
+    try:
+        wait_for(up, 120, "dagster dev to serve the UI")
+        yield base, home, tmp / "data" / "san.sqlite"
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def page(dagster_dev):
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium (scripts/install-chromium)")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport={"width": 1440, "height": 900})
+        page.set_default_timeout(60_000)
+        yield page
+        browser.close()
+
+
+def shot(page, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+
+def instance_at(home) -> DagsterInstance:
+    return DagsterInstance.from_config(str(home))
+
+
+def schedule_status(home, name: str):
+    with instance_at(home) as instance:
+        states = [s for s in instance.all_instigator_state(instigator_type=InstigatorType.SCHEDULE) if s.name == name]
+        return states[0].status if states else None
+
+
+def runs_of(home, job_name: str):
+    with instance_at(home) as instance:
+        return instance.get_runs(RunsFilter(job_name=job_name))
+
+
+def test_1_schedules_are_listed_with_cron_and_time_zone(dagster_dev, page):
+    base, _, _ = dagster_dev
+    page.goto(f"{base}/automation")
+    expect(page.get_by_text("recovery_schedule", exact=True)).to_be_visible()
+    expect(page.get_by_text("til_auto_generation_schedule", exact=True)).to_be_visible()
+    expect(page.get_by_text("At 03:00 AM GMT+9")).to_be_visible()
+    shot(page, "1_automation")
+    page.goto(f"{base}/locations/batch_pipeline/schedules/recovery_schedule")
+    expect(page.get_by_text("(0 */2 * * *)")).to_be_visible()
+    expect(page.get_by_text("Asia/Seoul")).to_be_visible()
+    shot(page, "1_recovery_schedule")
+
+
+def test_2_switching_the_recovery_schedule_off_and_on(dagster_dev, page):
+    base, home, _ = dagster_dev
+    page.goto(f"{base}/locations/batch_pipeline/schedules/recovery_schedule")
+    switch = page.locator("input[type=checkbox]").first
+    toggle = page.locator("label", has=switch).first  # the visible switch around the hidden input
+    expect(switch).to_be_checked()
+    toggle.click()
+    wait_for(lambda: schedule_status(home, "recovery_schedule") == InstigatorStatus.STOPPED, 60, "the schedule to stop")
+    expect(switch).not_to_be_checked()
+    shot(page, "2_schedule_off")
+    toggle.click()
+    wait_for(lambda: schedule_status(home, "recovery_schedule") == InstigatorStatus.RUNNING, 60, "the schedule to run")
+    expect(switch).to_be_checked()
+
+
+def launch_recovery_run(base, home, page, done_before: int) -> None:
+    page.goto(f"{base}/locations/batch_pipeline/jobs/recovery_job/playground")
+    page.get_by_role("button", name="Launch Run").click()
+    page.wait_for_url("**/runs/**")
+    wait_for(
+        lambda: len([r for r in runs_of(home, "recovery_job") if r.status == DagsterRunStatus.SUCCESS]) > done_before,
+        240, "the recovery run to succeed",
+    )
+
+
+def test_3_launching_recovery_job_from_the_ui(dagster_dev, page):
+    base, home, _ = dagster_dev
+    launch_recovery_run(base, home, page, 0)
+    page.goto(f"{base}/runs")
+    expect(page.get_by_text("recovery_job").first).to_be_visible()
+    expect(page.get_by_text("Success").first).to_be_visible()
+    shot(page, "3_runs")
+
+
+def test_4_the_ghost_recovery_asset_shows_ids_counts_and_a_point_per_run(dagster_dev, page):
+    base, home, san_sqlite = dagster_dev
+    # A new ghost in the embedded SAN database, then a second run: two points on the plots.
+    engine = create_san_engine(f"sqlite:///{san_sqlite}")
+    with engine.begin() as conn:
+        ghost = conn.execute(insert(jobs).values(
+            job_type=CARD_ANALYSIS, target_id=6, status=PENDING,  # a healthy scrap: it gets a new job
+            created_at=utc_now() - timedelta(hours=1), updated_at=utc_now() - timedelta(hours=1),
+        ).returning(jobs.c.id)).scalar_one()
+    engine.dispose()
+    launch_recovery_run(base, home, page, 1)
+    with instance_at(home) as instance:
+        records = instance.fetch_materializations(AssetKey("ghost_job_recovery"), limit=10).records
+    assert len(records) == 2
+    latest = records[0].asset_materialization.metadata
+    assert [pair["failed_job_id"] for pair in latest["recovered"].value] == [ghost]
+
+    page.goto(f"{base}/assets/ghost_job_recovery?view=events")
+    expect(page.get_by_text("enqueued").first).to_be_visible()
+    expect(page.get_by_text(f'"failed_job_id": {ghost}').first).to_be_visible()
+    shot(page, "4_ghost_job_recovery_events")
+    # Overview -> Metadata -> Plots: one chart per numeric metadata key, a point per run.
+    page.goto(f"{base}/assets/ghost_job_recovery?view=overview")
+    page.get_by_role("button", name="Plots").click()
+    expect(page.locator("canvas")).to_have_count(6)  # detected, enqueued, exhausted, deferred, skipped_by_race, announce_failures
+    page.get_by_text("detected", exact=True).scroll_into_view_if_needed()
+    shot(page, "4_ghost_job_recovery_plots")
+
+
+def test_5_a_backfill_of_two_til_days_from_the_ui(dagster_dev, page):
+    base, home, _ = dagster_dev
+    yesterday = (datetime.now(ZoneInfo("Asia/Seoul")) - timedelta(days=1)).date()
+    days = [str(yesterday - timedelta(days=1)), str(yesterday)]
+    page.goto(f"{base}/locations/batch_pipeline/jobs/til_auto_generation_job/partitions")
+    page.get_by_role("button", name="Launch backfill…").click()
+    dialog = page.get_by_role("dialog")
+    partitions = dialog.locator("input[placeholder^='ex: ']")
+    partitions.fill(", ".join(days))
+    partitions.press("Enter")
+    shot(page, "5_backfill_dialog")
+    dialog.get_by_role("button", name="Submit 2 runs").click()
+
+    def materialized():
+        with instance_at(home) as instance:
+            records = instance.fetch_materializations(AssetKey("til_auto_generation"), limit=50).records
+        return {r.partition_key for r in records} >= set(days)
+
+    wait_for(materialized, 300, "both TIL partitions to be materialized")
+    page.goto(f"{base}/locations/batch_pipeline/jobs/til_auto_generation_job/partitions")
+    expect(page.get_by_text("Backfill history")).to_be_visible()
+    shot(page, "5_til_partitions")
