@@ -47,7 +47,7 @@ def stop(process):
         os.killpg(process.pid, signal.SIGKILL)
 
 
-def test_a_scheduled_tick_launches_a_recovery_run_on_the_production_instance(tmp_path, pg_db):
+def test_a_scheduled_tick_launches_a_recovery_run_on_the_production_instance(tmp_path, pg_db, monkeypatch):
     ghost = pg_db.job(CARD_ANALYSIS, 1, PENDING, created_at=pg_db.ago(hours=1))
     admin = create_san_engine(pg_admin_url()).execution_options(isolation_level="AUTOCOMMIT")
     storage_db = f"bp_dagster_{uuid.uuid4().hex[:10]}"
@@ -66,6 +66,9 @@ def test_a_scheduled_tick_launches_a_recovery_run_on_the_production_instance(tmp
         "SAN_DATABASE_URL": pg_db.url, "SAN_JOB_DISPATCHER": "none",
         "SAN_RECOVERY_CRON": "* * * * *",  # a tick every minute instead of every 2 hours
     }
+    for name, value in env.items():  # this process reads the same instance to watch the runs
+        if name.startswith("DAGSTER_PG_"):
+            monkeypatch.setenv(name, value)
     port = free_port()
     log = open(tmp_path / "dagster.log", "w")
     daemon = start([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], env, log)
