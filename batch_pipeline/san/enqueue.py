@@ -76,9 +76,10 @@ def enqueue_jobs(
     if not unique:
         return outcome
 
+    # .tuples().all(): one fetch for the whole batch, no per-row Row objects
     counts = {} if targets_created_in_this_transaction else {
-        row.target_id: (row.attempts, row.active)
-        for row in conn.execute(attempts_and_active(conn, job_type, list(unique)))
+        target_id: (attempts, active)
+        for target_id, attempts, active in conn.execute(attempts_and_active(conn, job_type, list(unique))).tuples().all()
     }
     to_create: list[EnqueueRequest] = []
     for target_id, request in unique.items():
@@ -100,8 +101,8 @@ def enqueue_jobs(
         returning=["id", "target_id", "retry_of_job_id"],
     )
     outcome.created = [
-        NewJob(job_id=row.id, job_type=job_type, target_id=row.target_id, retry_of_job_id=row.retry_of_job_id)
-        for row in created
+        NewJob(job_id=job_id, job_type=job_type, target_id=target_id, retry_of_job_id=retry_of)
+        for job_id, target_id, retry_of in created
     ]
     return outcome
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from sqlalchemy import BigInteger, Table, any_, bindparam, func, insert, literal, select
 from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
 BigIntArray = ARRAY(BigInteger)
@@ -30,7 +30,7 @@ def insert_rows(
     constants: Mapping[str, object],
     id_columns: Mapping[str, Sequence[int | None]],
     returning: Sequence[str],
-) -> list[Row]:
+) -> list[tuple]:
     """Insert one row per position of the `id_columns` lists, with `constants` in every row.
 
     PostgreSQL: a single INSERT … SELECT … FROM unnest(:a, :b), two array parameters whatever
@@ -50,6 +50,6 @@ def insert_rows(
             *(arrays.c[name] for name in names),
         )
         statement = insert(table).from_select([*constants, *names], source).returning(*returned)
-        return conn.execute(statement).all()
+        return conn.execute(statement).tuples().all()
     rows = [{**constants, **dict(zip(names, values))} for values in zip(*(id_columns[name] for name in names))]
-    return conn.execute(insert(table).returning(*returned, sort_by_parameter_order=True), rows).all()
+    return conn.execute(insert(table).returning(*returned, sort_by_parameter_order=True), rows).tuples().all()

@@ -87,10 +87,10 @@ def create_batch(
         returning=["id", "user_id"],
     )
     outcome = enqueue_jobs(
-        conn, TIL_GENERATION, [EnqueueRequest(s.id) for s in summaries], now=now, max_attempts=0,
+        conn, TIL_GENERATION, [EnqueueRequest(summary_id) for summary_id, _user in summaries], now=now, max_attempts=0,
         targets_created_in_this_transaction=True,
     )
-    return (summaries, outcome.created), outcome.created
+    return (summaries, outcome.created), outcome.created  # summaries: (id, user_id) tuples
 
 
 @dataclass
@@ -155,7 +155,7 @@ def create_daily_tils(
         lambda conn, batch: create_batch(conn, batch, day, run_started_at, now),
         limits,
     )
-    report.summary_ids = [s.id for summaries, _ in results for s in summaries]
+    report.summary_ids = [summary_id for summaries, _ in results for summary_id, _user in summaries]
     report.job_ids = [job.job_id for _, created in results for job in created]
     report.summaries_created = len(report.summary_ids)
     report.jobs_created = len(report.job_ids)
