@@ -12,7 +12,7 @@ from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
 from batch_pipeline.recovery.plan import RecoveryReport
 from batch_pipeline.recovery.scrap_recovery import ScrapRecoveryRule, detect_scraps, recover_scraps
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
-from batch_pipeline.san.database import utc_now
+from batch_pipeline.san.database import read_transaction, utc_now
 from batch_pipeline.san.ops import DATABASE_RETRY, as_metadata, san_database_check_op
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 
@@ -35,7 +35,7 @@ check_san_database = san_database_check_op(RecoveryConfig, "check_san_database")
 @op(out=Out(GhostJobsType), retry_policy=DATABASE_RETRY, description=ghost_jobs.__doc__)
 def detect_ghost_jobs(settings: RecoveryConfig, san_database: SanDatabase):
     rule = ghost_jobs.GhostRule(utc_now(), settings.stale_pending_after, settings.stale_processing_after)
-    with san_database.get_engine().connect() as conn:
+    with read_transaction(san_database.get_engine(), settings.write_limits) as conn:
         return ghost_jobs.detect_ghost_jobs(conn, rule)
 
 
@@ -72,7 +72,7 @@ def scrap_recovery_ops(rule: ScrapRecoveryRule, name: str, description: str):
         description=description,
     )
     def detect(settings: RecoveryConfig, san_database: SanDatabase):
-        with san_database.get_engine().connect() as conn:
+        with read_transaction(san_database.get_engine(), settings.write_limits) as conn:
             return detect_scraps(
                 conn, rule, now=utc_now(), min_age=settings.orphan_min_age, lookback=settings.scrap_lookback
             )

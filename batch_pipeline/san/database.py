@@ -119,13 +119,27 @@ class WriteLimits:
     statement_timeout_ms: int = 120_000
 
 
+def _bound_waits(conn: Connection, limits: WriteLimits) -> None:
+    # A table locked by a migration or a busy batch is reported as a timeout, not waited on.
+    if conn.dialect.name == "postgresql":
+        conn.execute(text(f"SET LOCAL lock_timeout = {int(limits.lock_timeout_ms)}"))
+        conn.execute(text(f"SET LOCAL statement_timeout = {int(limits.statement_timeout_ms)}"))
+
+
+@contextmanager
+def read_transaction(engine: Engine, limits: WriteLimits = WriteLimits()) -> Iterator[Connection]:
+    """Detection: one read-only transaction with the same bounded waits as the writes."""
+    with engine.begin() as conn:
+        _bound_waits(conn, limits)
+        yield conn
+
+
 @contextmanager
 def write_transaction(engine: Engine, limits: WriteLimits = WriteLimits()) -> Iterator[Connection]:
     """One batch: a transaction that commits everything or nothing."""
     with engine.begin() as conn:
+        _bound_waits(conn, limits)
         if conn.dialect.name == "postgresql":
-            conn.execute(text(f"SET LOCAL lock_timeout = {int(limits.lock_timeout_ms)}"))
-            conn.execute(text(f"SET LOCAL statement_timeout = {int(limits.statement_timeout_ms)}"))
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITE_LOCK_KEY})
         # SQLite: BEGIN IMMEDIATE (see _serialise_sqlite_writers) already serialises writers.
         yield conn

@@ -42,7 +42,7 @@ def san_database_check_op(config_class: type[Config], name: str):
         context: OpExecutionContext, config: config_class, san_database: SanDatabase,
         job_dispatcher: JobDispatcherResource,
     ) -> config_class:
-        engine = san_database.open_verified()
+        engine = san_database.open_verified(config.write_limits)
         dispatcher = job_dispatcher.for_database(engine)
         context.log.info(f"SAN database {engine.url.render_as_string(hide_password=True)}; dispatcher {dispatcher.kind}")
         return config

@@ -9,6 +9,8 @@ from sqlalchemy.engine import Engine
 
 from batch_pipeline.san.database import (
     SanConnectionError,
+    WriteLimits,
+    read_transaction,
     check_connection,
     create_san_engine,
     embedded_database_url,
@@ -42,16 +44,17 @@ class SanDatabase(ConfigurableResource):
             self._engine = engine
         return self._engine
 
-    def open_verified(self) -> Engine:
+    def open_verified(self, limits: WriteLimits = WriteLimits()) -> Engine:
         """Connect and check every table and column the pipeline needs.
 
         Raises a Failure that names the problem (bad URL, unreachable server, missing table or
-        column) and is not retried: retrying a wrong URL only repeats the same error.
+        column) and is not retried: retrying a wrong URL only repeats the same error. Reading
+        the catalog waits on a table that a migration holds locked, so the waits are bounded.
         """
         try:
             engine = self.get_engine()
             check_connection(engine)
-            with engine.connect() as conn:
+            with read_transaction(engine, limits) as conn:
                 verify_schema(conn)
         except (SanConnectionError, SanSchemaError) as error:
             raise Failure(description=str(error), allow_retries=False) from error

@@ -5,7 +5,7 @@ from datetime import date, datetime, timezone
 from dagster import AssetMaterialization, DagsterRun, Failure, In, OpExecutionContext, Out, op
 from dagster._core.storage.tags import ROOT_RUN_ID_TAG
 
-from batch_pipeline.san.database import utc_now
+from batch_pipeline.san.database import read_transaction, utc_now
 from batch_pipeline.san.ops import DATABASE_RETRY, as_metadata, san_database_check_op
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.til import auto_generation
@@ -49,7 +49,7 @@ def run_started_at(context: OpExecutionContext) -> datetime:
 def detect_til_users(context: OpExecutionContext, settings: TilConfig, san_database: SanDatabase):
     partition_day(context)
     start, end = day_window(context)
-    with san_database.get_engine().connect() as conn:
+    with read_transaction(san_database.get_engine(), settings.write_limits) as conn:
         return auto_generation.detect_users_of_day(conn, start, end)
 
 

@@ -1,6 +1,7 @@
 """recovery_job through Dagster: order, audit trail in the instance, config and input errors."""
 
 import json
+import time
 
 import psycopg
 import pytest
@@ -162,3 +163,24 @@ def test_pg_notify_is_the_default_on_postgres_and_announces_every_new_job(pg_db)
     created = {(j.id, j.job_type, j.target_id) for j in pg_db.jobs(status=PENDING)}
     assert {(p["job_id"], p["job_type"], p["target_id"]) for p in payloads} == created
     assert {p["job_type"] for p in payloads} == {CARD_ANALYSIS, SCRAP_REFINE}
+
+
+def test_a_locked_table_is_reported_as_a_lock_timeout_not_waited_on(pg_db):
+    ghost = pg_db.job(CARD_ANALYSIS, 1, PENDING, created_at=pg_db.ago(hours=1))
+    migration = pg_db.engine.connect()
+    transaction = migration.begin()
+    migration.execute(text("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE"))  # e.g. the app's ALTER TABLE
+    try:
+        started = time.monotonic()
+        result, _ = run_recovery(pg_db, config={"lock_timeout_ms": 200})
+        waited = time.monotonic() - started
+    finally:
+        transaction.rollback()
+        migration.close()
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert failure.step_key == "check_san_database"  # the first op, reading the catalog
+    error = failure.step_failure_data.error
+    assert "lock timeout" in (error.message + (error.cause.message if error.cause else ""))
+    assert waited < 60  # two retries (3 s, 6 s) of a 0.2 s lock wait, not a hang
+    assert pg_db.get_job(ghost).status == PENDING
