@@ -57,14 +57,20 @@ def test_a_failed_run_is_posted_with_job_run_step_and_link(webhook):
     assert f"https://dagster.san.example/runs/{result.run_id}" in post["text"]
 
 
-def test_a_failed_asset_check_is_posted(webhook, pg_db):
+def run_checks_then_alert_sensor(url):
+    """Run the recovery checks, then evaluate the alert sensor on that successful run."""
     instance = DagsterInstance.ephemeral()
-    result = defs.resolve_job_def("recovery_checks_job").execute_in_process(resources=resources(pg_db.url), instance=instance)
+    result = defs.resolve_job_def("recovery_checks_job").execute_in_process(resources=resources(url), instance=instance)
     context = build_run_status_sensor_context(
         sensor_name="asset_check_alert", dagster_event=result.get_run_success_event(),
         dagster_instance=instance, dagster_run=result.dagster_run,
     )
     defs.resolve_sensor_def("asset_check_alert")(context)
+    return result
+
+
+def test_a_failed_asset_check_is_posted(webhook, pg_db):
+    result = run_checks_then_alert_sensor(pg_db.url)
     [post] = webhook
     assert "recovery_indexes" in post["text"] and "WARN" in post["text"] and "ghost_job_recovery" in post["text"]
     assert f"https://dagster.san.example/runs/{result.run_id}" in post["text"]
@@ -74,13 +80,7 @@ def test_passing_checks_post_nothing(webhook, san_db):
     from batch_pipeline.san.schema import create_recommended_indexes
 
     create_recommended_indexes(san_db.engine)
-    instance = DagsterInstance.ephemeral()
-    result = defs.resolve_job_def("recovery_checks_job").execute_in_process(resources=resources(san_db.url), instance=instance)
-    context = build_run_status_sensor_context(
-        sensor_name="asset_check_alert", dagster_event=result.get_run_success_event(),
-        dagster_instance=instance, dagster_run=result.dagster_run,
-    )
-    defs.resolve_sensor_def("asset_check_alert")(context)
+    run_checks_then_alert_sensor(san_db.url)
     assert webhook == []
 
 
