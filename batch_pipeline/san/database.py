@@ -79,7 +79,10 @@ def create_san_engine(url: str) -> Engine:
             engine = create_engine(parsed, connect_args={"timeout": 30})
             _serialise_sqlite_writers(engine)
         else:
-            engine = create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+            # application_name: operators see batch_pipeline's sessions in pg_stat_activity
+            engine = create_engine(
+                parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10, "application_name": "batch_pipeline"}
+            )
     except (ArgumentError, NoSuchModuleError) as error:
         raise SanConnectionError(f"cannot use SAN_DATABASE_URL {redacted(parsed)}: {error}") from error
     return engine

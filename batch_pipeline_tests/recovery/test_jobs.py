@@ -10,6 +10,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from batch_pipeline.definitions import defs
+from batch_pipeline.san.database import create_san_engine
+from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.schema import CARD_ANALYSIS, FAILED, PENDING, PROCESSING, SCRAP_REFINE
 
@@ -184,3 +186,52 @@ def test_a_locked_table_is_reported_as_a_lock_timeout_not_waited_on(pg_db):
     assert "lock timeout" in (error.message + (error.cause.message if error.cause else ""))
     assert waited < 60  # two retries (3 s, 6 s) of a 0.2 s lock wait, not a hang
     assert pg_db.get_job(ghost).status == PENDING
+
+
+class KillsItsOwnConnectionOnce(JobDispatcherResource):
+    """The PostgreSQL backend of the run is terminated (pg_terminate_backend) inside batch 2."""
+
+    admin_url: str
+
+    def for_database(self, engine):
+        admin_url = self.admin_url
+
+        class Killer(Dispatcher):
+            calls = 0
+
+            def announce_in_transaction(self, conn, new_jobs):
+                Killer.calls += 1
+                if Killer.calls == 2 and not KILLED:
+                    KILLED.append(True)
+                    pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+                    with create_san_engine(admin_url).connect() as admin:
+                        admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+                    conn.execute(text("SELECT 1"))  # the dead connection fails here
+
+        return Killer()
+
+
+KILLED: list = []
+
+
+def test_a_killed_connection_fails_the_step_and_the_retry_finishes_the_work(pg_db):
+    ghosts = [pg_db.job(CARD_ANALYSIS, target, PENDING, created_at=pg_db.ago(hours=1)) for target in range(6)]
+    KILLED.clear()
+    instance = DagsterInstance.ephemeral()
+    result = defs.resolve_job_def("recovery_job").execute_in_process(
+        run_config={"ops": {"check_san_database": {"config": {"batch_size": 2}}}},
+        resources={"san_database": SanDatabase(url=pg_db.url), "job_dispatcher": KillsItsOwnConnectionOnce(admin_url=pg_db.url)},
+        instance=instance,
+        raise_on_error=False,
+    )
+    assert KILLED and result.success
+    retries = [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+    assert [e.step_key for e in retries] == ["recover_ghost_jobs"]
+    causes, error = [], retries[0].event_specific_data.error
+    while error is not None:  # the retry wraps the database error: walk its causes
+        causes.append(f"{error.cls_name}: {error.message}")
+        error = error.cause or error.context
+    assert any("AdminShutdown" in cause and "terminating connection" in cause for cause in causes), causes
+    for ghost, target in zip(ghosts, range(6)):
+        assert pg_db.get_job(ghost).status == FAILED
+        assert [j.status for j in pg_db.jobs(target_id=target)] == [FAILED, PENDING]  # closed once, one replacement
