@@ -226,3 +226,49 @@ def test_a_job_locked_by_a_worker_is_skipped_not_waited_for(pg_db):
     assert report.skipped_by_race == 1 and report.enqueued == 1
     assert pg_db.get_job(locked).status == PENDING
     assert pg_db.get_job(free).status == FAILED
+
+
+def test_two_overlapping_runs_while_a_worker_completes_the_same_jobs(pg_db):
+    """Both runs detect, then write at the same moment as a worker that completes half of the
+    very ghosts they examine, from the other end (one transaction per job, only if still
+    PENDING: the worker contract), so the two meet in the middle. No completed job is marked FAILED, each ghost is closed once, and no target ever
+    has two active jobs."""
+    ids = [pg_db.job(CARD_ANALYSIS, target, PENDING, created_at=pg_db.ago(hours=1)) for target in range(200)]
+    frames = [detect(pg_db), detect(pg_db)]
+    start = threading.Barrier(3)
+    reports, completed = [], []
+
+    def recovery(ghosts):
+        start.wait()
+        reports.append(recover(pg_db, ghosts, batch_size=5))
+
+    def worker():
+        start.wait()
+        with pg_db.engine.connect() as conn:
+            for job_id in reversed(ids):
+                with conn.begin():
+                    done = conn.execute(
+                        update(jobs).where(jobs.c.id == job_id, jobs.c.status == PENDING)
+                        .values(status=COMPLETED, finished_at=pg_db.now, updated_at=pg_db.now).returning(jobs.c.id)
+                    ).scalar()
+                if done:
+                    completed.append(done)
+
+    threads = [threading.Thread(target=recovery, args=(f,)) for f in frames] + [threading.Thread(target=worker)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    closed = sum(len(r.recovered) for r in reports)
+    print(f"completed by the worker {len(completed)}, closed by recovery {closed}")
+    failed = {j.id for j in pg_db.jobs(status=FAILED)}
+    assert not failed & set(completed)  # a job the worker completed was never failed
+    assert failed | set(completed) == set(ids)  # every ghost ended one way or the other
+    assert closed == len(failed)  # each ghost closed exactly once across the two runs
+    assert completed and failed  # the race really happened on both sides
+    for target in range(200):
+        rows = pg_db.jobs(target_id=target)
+        assert sum(r.status in (PENDING, PROCESSING) for r in rows) <= 1
+        if rows[0].status == FAILED:
+            assert [r.retry_of_job_id for r in rows[1:]] == [rows[0].id]  # exactly one replacement
