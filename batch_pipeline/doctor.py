@@ -82,7 +82,7 @@ def diagnose(database_url: str) -> list[Finding]:
                 os.environ.get("SAN_REDIS_URL", "redis://127.0.0.1:6379/0"),
             )
             if isinstance(dispatcher, RedisStreamDispatcher):
-                dispatcher._redis().ping()
+                dispatcher.ping()
             findings.append(Finding(True, f"dispatcher {dispatcher.kind}"))
         except DispatcherConfigError as error:
             findings.append(Finding(False, str(error), "set SAN_JOB_DISPATCHER to pg_notify, redis_stream or none"))

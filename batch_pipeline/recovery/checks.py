@@ -18,7 +18,7 @@ from dagster import (
 from sqlalchemy import func, select
 
 from batch_pipeline.recovery import ghost_jobs, orphan_scraps, unrefined_scraps
-from batch_pipeline.san.database import utc_now
+from batch_pipeline.san.database import read_transaction, utc_now
 from batch_pipeline.san.resources import SanDatabase
 from batch_pipeline.san.schema import jobs, missing_recommended_indexes, recommended_index_statements
 
@@ -50,7 +50,7 @@ def backlog_rule(audit: dict | None) -> ghost_jobs.GhostRule:
 def ghost_backlog(context: AssetCheckExecutionContext, san_database: SanDatabase) -> AssetCheckResult:
     audits = recent_audits(context, ghost_jobs.AREA, 1)
     rule = backlog_rule(audits[0] if audits else None)
-    with san_database.get_engine().connect() as conn:
+    with read_transaction(san_database.get_engine()) as conn:
         count = conn.execute(select(func.count()).select_from(jobs).where(ghost_jobs.is_stale(rule))).scalar_one()
         sample = conn.execute(select(jobs.c.id).where(ghost_jobs.is_stale(rule)).order_by(jobs.c.id).limit(ID_SAMPLE)).scalars().all()
     return AssetCheckResult(
@@ -108,7 +108,7 @@ def deferred_backlog_check(area: str):
 @asset_check(asset=ghost_jobs.AREA, name="recovery_indexes",
              description="The recommended indexes exist on the SAN database; otherwise detection scans whole tables.")
 def recovery_indexes(san_database: SanDatabase) -> AssetCheckResult:
-    with san_database.get_engine().connect() as conn:
+    with read_transaction(san_database.get_engine()) as conn:
         missing = missing_recommended_indexes(conn)
         statements = recommended_index_statements(conn.dialect.name)
     commands = [s for s in statements if any(f" {ix.name} " in s for ix in missing)]

@@ -8,9 +8,9 @@ from batch_pipeline.san.database import WriteLimits
 
 class WriteConfig(Config):
     batch_size: int = Field(default=5_000, gt=0, le=50_000, description="Rows per write transaction.")
-    lock_timeout_ms: int = Field(default=5_000, gt=0, description="PostgreSQL lock_timeout per write batch.")
+    lock_timeout_ms: int = Field(default=5_000, gt=0, description="PostgreSQL lock_timeout for detection and each write batch.")
     statement_timeout_ms: int = Field(
-        default=120_000, gt=0, description="PostgreSQL statement_timeout per write batch."
+        default=120_000, gt=0, description="PostgreSQL statement_timeout for detection and each write batch."
     )
     dry_run: bool = Field(default=False, description="Detect and report; write nothing.")
 

@@ -116,7 +116,8 @@ def check_connection(engine: Engine) -> None:
 
 @dataclass(frozen=True)
 class WriteLimits:
-    """Bounds for one write transaction, so a busy table is reported, never waited on forever."""
+    """Bounds for one transaction (detection or a write batch), so a locked or busy table is
+    reported, never waited on forever."""
 
     lock_timeout_ms: int = 5_000
     statement_timeout_ms: int = 120_000

@@ -85,6 +85,10 @@ class RedisStreamDispatcher(Dispatcher):
             )
         return self._client
 
+    def ping(self) -> None:
+        """Raise if Redis cannot be reached (used by `doctor`)."""
+        self._redis().ping()
+
     def announce_after_commit(self, new_jobs: Sequence[NewJob]) -> int:
         if not new_jobs:
             return 0

@@ -10,10 +10,10 @@ from sqlalchemy.engine import Engine
 from batch_pipeline.san.database import (
     SanConnectionError,
     WriteLimits,
-    read_transaction,
     check_connection,
     create_san_engine,
     embedded_database_url,
+    read_transaction,
 )
 from batch_pipeline.san.demo import seed_demo_state
 from batch_pipeline.san.dispatch import Dispatcher, DispatcherConfigError, build_dispatcher

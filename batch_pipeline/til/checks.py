@@ -13,7 +13,7 @@ from dagster import (
 )
 from sqlalchemy import and_, select
 
-from batch_pipeline.san.database import utc_now
+from batch_pipeline.san.database import read_transaction, utc_now
 from batch_pipeline.san.resources import SanDatabase
 from batch_pipeline.san.schema import daily_summaries
 from batch_pipeline.til.auto_generation import AREA, detect_users_of_day
@@ -49,7 +49,7 @@ def til_coverage_check(partitions: DailyPartitionsDefinition):
             return AssetCheckResult(passed=True, description="no TIL partition materialized yet", metadata={"day": ""})
         day = date.fromisoformat(key)
         window = partitions.time_window_for_partition_key(key)
-        with san_database.get_engine().connect() as conn:
+        with read_transaction(san_database.get_engine()) as conn:
             users = detect_users_of_day(conn, window.start, window.end)
             active = set(users[users["card_count"] > 0]["user_id"].tolist())
             of_day = daily_summaries.c.target_date == day

@@ -1,6 +1,9 @@
 """The recovery assets' checks, run as Dagster runs them: in recovery_checks_job."""
 
+import time
+
 from dagster import DagsterInstance
+from sqlalchemy import text
 
 from batch_pipeline.definitions import defs
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
@@ -74,3 +77,24 @@ def test_deferred_backlog_warns_after_more_than_three_runs_in_a_row(san_db):
         evaluation = run_checks(san_db, instance)[("ghost_job_recovery", "deferred_backlog")]
         assert evaluation.passed == (run < 3)
     assert evaluation.metadata["runs_in_a_row_with_deferred_work"].value == 4
+
+
+def test_checks_on_a_locked_table_fail_with_a_lock_timeout_instead_of_hanging(pg_db):
+    migration = pg_db.engine.connect()
+    transaction = migration.begin()
+    migration.execute(text("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE"))
+    try:
+        started = time.monotonic()
+        result = defs.resolve_job_def("recovery_checks_job").execute_in_process(
+            resources={"san_database": SanDatabase(url=pg_db.url), "job_dispatcher": JobDispatcherResource(kind="none")},
+            instance=DagsterInstance.ephemeral(), raise_on_error=False,
+        )
+        waited = time.monotonic() - started
+    finally:
+        transaction.rollback()
+        migration.close()
+    assert not result.success
+    errors = [e.step_failure_data.error for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    text_of = lambda error: error.message + (text_of(error.cause) if error.cause else "")  # noqa: E731
+    assert errors and all("lock timeout" in text_of(error) for error in errors)
+    assert waited < 60  # the default 5 s lock_timeout, not a hang
