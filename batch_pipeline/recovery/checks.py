@@ -4,6 +4,7 @@
 - exhausted_targets   targets that reached max_attempts since the previous run (WARN, with ids)
 - deferred_backlog    work deferred by the per-run cap more than 3 runs in a row (WARN)
 - recovery_indexes    the recommended indexes exist on the SAN database (WARN, with the DDL)
+- unknown_job_statuses  jobs whose status is none of PENDING/PROCESSING/COMPLETED/FAILED (WARN)
 """
 
 from datetime import timedelta
@@ -20,7 +21,7 @@ from sqlalchemy import func, select
 from batch_pipeline.recovery import ghost_jobs, orphan_scraps, unrefined_scraps
 from batch_pipeline.san.database import read_transaction, utc_now
 from batch_pipeline.san.resources import SanDatabase
-from batch_pipeline.san.schema import jobs, missing_recommended_indexes, recommended_index_statements
+from batch_pipeline.san.schema import JOB_STATUSES, jobs, missing_recommended_indexes, recommended_index_statements
 
 AREAS = (ghost_jobs.AREA, orphan_scraps.AREA, unrefined_scraps.AREA)
 DEFERRED_RUNS_IN_A_ROW = 3
@@ -121,9 +122,39 @@ def recovery_indexes(san_database: SanDatabase) -> AssetCheckResult:
     )
 
 
+# A status batch_pipeline does not know (a new app state, a typo in a migration) is never
+# touched: detection matches PENDING/PROCESSING only. This counts such rows so they are seen.
+# It reads every job (no index can find "none of these values"): one sequential scan per run.
+UNKNOWN_STATUSES = (
+    select(jobs.c.status, func.count().label("jobs"), func.min(jobs.c.id).label("first_job_id"))
+    .where(jobs.c.status.not_in(JOB_STATUSES))
+    .group_by(jobs.c.status)
+    .order_by(jobs.c.status)
+)
+
+
+@asset_check(asset=ghost_jobs.AREA, name="unknown_job_statuses",
+             description="Jobs whose status is not one batch_pipeline knows; they are left alone and counted here.")
+def unknown_job_statuses(san_database: SanDatabase) -> AssetCheckResult:
+    with read_transaction(san_database.get_engine()) as conn:
+        rows = conn.execute(UNKNOWN_STATUSES).all()
+    total = sum(row.jobs for row in rows)
+    return AssetCheckResult(
+        passed=total == 0,
+        severity=AssetCheckSeverity.WARN,
+        description=None if not total else
+        f"{total} jobs have a status batch_pipeline does not know ("
+        + ", ".join(f"{row.status!r}: {row.jobs}" for row in rows)
+        + "); recovery leaves them alone",
+        metadata={"unknown_status_jobs": total,
+                  "by_status": {str(row.status): {"jobs": row.jobs, "first_job_id": row.first_job_id} for row in rows}},
+    )
+
+
 recovery_checks = [
     ghost_backlog,
     recovery_indexes,
+    unknown_job_statuses,
     *(exhausted_targets_check(area) for area in AREAS),
     *(deferred_backlog_check(area) for area in AREAS),
 ]

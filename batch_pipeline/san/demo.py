@@ -1,5 +1,6 @@
-"""The embedded default: a SQLite SAN database seeded with a small, broken SAN state, so a new
-user sees every recovery do real work in the UI within a minute."""
+"""The embedded default: a sandbox SQLite SAN database seeded with a small, broken SAN state, so
+a new user sees every recovery do real work in the UI within a minute (and `make run` keeps it
+alive with the sandbox's app and workers)."""
 
 from datetime import datetime, timedelta
 
@@ -9,19 +10,21 @@ from sqlalchemy.engine import Connection, Engine
 from batch_pipeline.san.database import utc_now
 from batch_pipeline.san.schema import (
     CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, SCRAP_REFINE,
-    create_recommended_indexes, create_schema, jobs, knowledge_cards, metadata, scraps, users,
+    create_recommended_indexes, jobs, knowledge_cards, metadata, scraps, users,
 )
 
 DEMO_USERS = 5
 
 
 def seed_demo_state(engine: Engine, now: datetime | None = None) -> dict[str, int]:
-    """Create the schema and a demo state: healthy scraps, ghosts, orphans and unrefined scraps.
-
-    Relative to `now`, so yesterday has active users for the TIL job too. Returns what it made.
+    """Create a sandbox database and a demo state: healthy scraps, ghosts, orphans and unrefined
+    scraps. Relative to `now`, so yesterday has active users for the TIL job too. Returns what it
+    made. Refuses (NotASandbox) a database that holds SAN data and is not a sandbox.
     """
+    from batch_pipeline.sandbox.app_schema import init_sandbox
+
     now = now or utc_now()
-    create_schema(engine)
+    init_sandbox(engine)
     with engine.begin() as conn:
         if conn.execute(select(users.c.id).limit(1)).first():
             return {}  # already seeded

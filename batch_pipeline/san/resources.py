@@ -12,9 +12,11 @@ from batch_pipeline.san.database import (
     WriteLimits,
     check_connection,
     create_san_engine,
+    default_data_dir,
     embedded_database_url,
     read_transaction,
 )
+from batch_pipeline.sandbox.app_schema import NotASandbox
 from batch_pipeline.san.demo import seed_demo_state
 from batch_pipeline.san.dispatch import Dispatcher, DispatcherConfigError, build_dispatcher
 from batch_pipeline.san.schema import SanSchemaError, verify_schema
@@ -40,7 +42,13 @@ class SanDatabase(ConfigurableResource):
         if self._engine is None:
             engine = create_san_engine(self.url or embedded_database_url())
             if self.is_embedded:
-                seed_demo_state(engine)
+                try:
+                    seed_demo_state(engine)
+                except NotASandbox as error:
+                    raise SanSchemaError(
+                        f"{error}. The embedded default was made by an older batch_pipeline: delete "
+                        f"{default_data_dir()} to start over"
+                    ) from error
             self._engine = engine
         return self._engine
 

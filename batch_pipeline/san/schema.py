@@ -89,6 +89,7 @@ PROCESSING = "PROCESSING"
 COMPLETED = "COMPLETED"
 FAILED = "FAILED"
 ACTIVE_STATUSES = (PENDING, PROCESSING)
+JOB_STATUSES = (PENDING, PROCESSING, COMPLETED, FAILED)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ def test_all_checks_pass_on_a_healthy_database_with_indexes(san_db):
     instance = DagsterInstance.ephemeral()
     run_recovery(san_db, instance=instance)
     evaluations = run_checks(san_db, instance)
-    assert len(evaluations) == 8
+    assert len(evaluations) == 9
     assert all(e.passed for e in evaluations.values()), {k: e.description for k, e in evaluations.items() if not e.passed}
 
 
@@ -98,3 +98,26 @@ def test_checks_on_a_locked_table_fail_with_a_lock_timeout_instead_of_hanging(pg
     text_of = lambda error: error.message + (text_of(error.cause) if error.cause else "")  # noqa: E731
     assert errors and all("lock timeout" in text_of(error) for error in errors)
     assert waited < 60  # the default 5 s lock_timeout, not a hang
+
+
+def test_jobs_with_an_unknown_status_are_left_alone_and_counted(san_db):
+    """A status the pipeline does not know (a new app state, a lower-case typo) is never closed
+    or counted as active; the unknown_job_statuses check reports how many and which."""
+    old = san_db.ago(hours=5)
+    odd = [san_db.job(CARD_ANALYSIS, 1, status, created_at=old, started_at=old)
+           for status in ("CANCELLED", "pending", "CANCELLED")]
+    ghost = san_db.job(CARD_ANALYSIS, 2, PENDING, created_at=old)
+    before = {job_id: san_db.get_job(job_id) for job_id in odd}
+    instance = DagsterInstance.ephemeral()
+    result, _ = run_recovery(san_db, instance=instance)
+    assert result.success
+
+    assert {job_id: san_db.get_job(job_id) for job_id in odd} == before  # untouched, row for row
+    assert san_db.get_job(ghost).status == FAILED  # the known ghost beside them was healed
+    check = run_checks(san_db, instance)[("ghost_job_recovery", "unknown_job_statuses")]
+    assert not check.passed
+    assert check.metadata["unknown_status_jobs"].value == 3
+    assert check.metadata["by_status"].value == {
+        "CANCELLED": {"jobs": 2, "first_job_id": odd[0]}, "pending": {"jobs": 1, "first_job_id": odd[1]},
+    }
+    assert "'CANCELLED': 2" in check.description and "'pending': 1" in check.description

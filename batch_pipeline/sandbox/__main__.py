@@ -1,0 +1,203 @@
+"""The SAN sandbox's command line: `python -m batch_pipeline.sandbox COMMAND`.
+
+  init       make an empty database a sandbox (the SAN app's tables, marked san_sandbox)
+  load       save scraps the way the app does, with the app's faults
+  work       run reference workers for a while, with the workers' faults
+  age        time travel: shift every timestamp back
+  converge   the convergence experiment of docs/reliability.md, on a scratch PostgreSQL database
+  live       a living SAN (scraps arriving, workers failing, the clock running fast)
+  ui         `make run`: the Dagster UI, on a living sandbox unless SAN_DATABASE_URL is set
+
+Every command but `init`, `converge` and `ui` needs a sandbox database (made by init, or the
+embedded default); the sandbox refuses a real SAN database.
+"""
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from datetime import timedelta
+
+from pydantic import ValidationError
+
+from batch_pipeline.sandbox.app_schema import NotASandbox
+from batch_pipeline.sandbox.faults import Faults
+from batch_pipeline.san.database import SanConnectionError, create_san_engine, embedded_database_url, redacted
+
+FAULT_FLAGS = {
+    "event_lost": "--event-lost",
+    "app_dies_before_enqueue": "--app-dies",
+    "worker_dies_mid_job": "--worker-dies",
+    "ai_fails": "--ai-fails",
+    "poison": "--poison",
+    "slow_worker": "--slow",
+}
+
+
+def add_fault_flags(parser: argparse.ArgumentParser, default: Faults) -> None:
+    group = parser.add_argument_group("faults (probabilities, 0..1)")
+    for field, flag in FAULT_FLAGS.items():
+        group.add_argument(flag, dest=field, type=float, default=getattr(default, field),
+                           help=f"{Faults.model_fields[field].description} (default {getattr(default, field)})")
+    group.add_argument("--seed", type=int, default=0, help="same seed, same faults")
+
+
+def faults_from(args) -> Faults:
+    return Faults(seed=args.seed, **{field: getattr(args, field) for field in FAULT_FLAGS})
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from batch_pipeline.sandbox.live import LIVE_FAULTS
+
+    parser = argparse.ArgumentParser(prog="python -m batch_pipeline.sandbox", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    url_help = "SQLAlchemy URL of the sandbox database (default: SAN_DATABASE_URL, else the embedded SQLite file)"
+
+    def with_url(name, help):
+        sub = commands.add_parser(name, help=help)
+        sub.add_argument("--database-url", default=os.environ.get("SAN_DATABASE_URL") or embedded_database_url(), help=url_help)
+        return sub
+
+    with_url("init", "make an empty database a sandbox")
+    load = with_url("load", "save scraps the way the app does")
+    load.add_argument("--scraps", type=int, default=100)
+    load.add_argument("--users", type=int, default=10)
+    load.add_argument("--dispatcher", default=os.environ.get("SAN_JOB_DISPATCHER"))
+    add_fault_flags(load, Faults())
+    work = with_url("work", "run reference workers")
+    work.add_argument("--workers", type=int, default=2)
+    work.add_argument("--idle-seconds", type=float, default=2.0, help="stop when nothing is heard for this long")
+    work.add_argument("--dispatcher", default=os.environ.get("SAN_JOB_DISPATCHER"))
+    add_fault_flags(work, Faults())
+    age = with_url("age", "shift every timestamp back")
+    age.add_argument("--hours", type=float, required=True)
+    converge = commands.add_parser("converge", help="the convergence experiment (PostgreSQL)")
+    converge.add_argument("--server-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
+                          help="a PostgreSQL server; the experiment creates and drops a database of its own there")
+    converge.add_argument("--scraps", type=int, default=2_000)
+    converge.add_argument("--users", type=int, default=200)
+    converge.add_argument("--workers", type=int, default=4)
+    converge.add_argument("--max-attempts", type=int, default=20)
+    converge.add_argument("--dispatcher", default="pg_notify", choices=["pg_notify", "redis_stream"])
+    add_fault_flags(converge, Faults.convergence_rates())
+    live = with_url("live", "a living SAN, until Ctrl-C")
+    live.add_argument("--tick-seconds", type=float, default=2.0)
+    live.add_argument("--scraps-per-tick", type=int, default=2)
+    live.add_argument("--san-minutes-per-tick", type=float, default=5.0)
+    add_fault_flags(live, LIVE_FAULTS)
+    ui = commands.add_parser("ui", help="dagster dev, on a living sandbox unless SAN_DATABASE_URL is set")
+    ui.add_argument("dagster_args", nargs=argparse.REMAINDER, help="arguments for `dagster dev`")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        faults = faults_from(args) if hasattr(args, "seed") else None
+    except ValidationError as error:
+        print(f"error: invalid fault setting: {error}", file=sys.stderr)
+        return 2
+    try:
+        return run_command(args, faults)
+    except (NotASandbox, SanConnectionError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def run_command(args, faults: Faults | None) -> int:
+    from batch_pipeline.sandbox.app import save_scraps
+    from batch_pipeline.sandbox.app_schema import init_sandbox, require_sandbox
+    from batch_pipeline.san.dispatch import build_dispatcher
+
+    if args.command == "converge":
+        return converge(args, faults)
+    if args.command == "ui":
+        return run_ui(args.dagster_args)
+    engine = create_san_engine(args.database_url)
+    where = redacted(engine.url)
+    if args.command == "live" and args.database_url == embedded_database_url():
+        from batch_pipeline.san.demo import seed_demo_state
+
+        seed_demo_state(engine)  # the embedded default: created and seeded on first use
+    if args.command == "init":
+        print(f"{where}: {'now a sandbox' if init_sandbox(engine) else 'already a sandbox'}")
+        return 0
+    require_sandbox(engine)
+    if args.command == "load":
+        dispatcher = build_dispatcher(args.dispatcher, engine.dialect.name, os.environ.get("SAN_REDIS_URL", "redis://127.0.0.1:6379/0"))
+        report = save_scraps(engine, dispatcher, count=args.scraps, users=args.users, faults=faults)
+        print(f"{where}: saved {report.scraps} scraps ({report.app_deaths} without jobs, {report.poison} poison)")
+    elif args.command == "work":
+        from batch_pipeline.sandbox.pool import WorkerPool, WorkerSettings
+
+        kind = build_dispatcher(args.dispatcher, engine.dialect.name, "").kind
+        with WorkerPool(WorkerSettings(args.database_url, kind, faults), args.workers) as pool:
+            stats = pool.drain(idle_s=args.idle_seconds)
+        print(f"{where}: {stats.as_dict() | {'lost_job_ids': len(stats.lost_job_ids)}}")
+    elif args.command == "age":
+        from batch_pipeline.sandbox.time_travel import age_database
+
+        age_database(engine, timedelta(hours=args.hours))
+        print(f"{where}: every timestamp moved back {args.hours} h")
+    elif args.command == "live":
+        from batch_pipeline.sandbox.live import LiveSettings, run_live
+
+        print(f"sandbox: a living SAN at {where} (Ctrl-C stops it)", flush=True)
+        run_live(engine, LiveSettings(tick_s=args.tick_seconds, scraps_per_tick=args.scraps_per_tick,
+                                      san_minutes_per_tick=args.san_minutes_per_tick, faults=faults),
+                 report=lambda line: print(line, flush=True))
+    return 0
+
+
+def converge(args, faults: Faults) -> int:
+    from batch_pipeline.sandbox.convergence import run_convergence
+    from batch_pipeline.sandbox.scratch import scratch_database
+
+    with scratch_database(args.server_url) as url:
+        result = run_convergence(url, scraps_to_save=args.scraps, users=args.users, workers=args.workers,
+                                 faults=faults, max_attempts=args.max_attempts, dispatcher=args.dispatcher,
+                                 report=lambda line: print(line, flush=True))
+    print()
+    print(result.table())
+    til = result.til
+    print(f"\nconverged={result.converged} cycles={len(result.cycles)} "
+          f"healthy_done={result.healthy_scraps_done}/{result.healthy_scraps} max_cards_per_scrap={result.cards_per_scrap_max} "
+          f"poison={len(result.poison_scrap_ids)} poison_jobs_max={max(result.poison_jobs.values(), default=0)} "
+          f"duplicates={max(c.duplicates for c in result.cycles)} "
+          f"audit_mismatches={sum(len(c.audit_mismatches) for c in result.cycles)} "
+          f"til_users={len(til.active_users)} til_summaries={til.summaries_created} til_completed={til.jobs_completed} "
+          f"seconds={result.seconds:.0f}")
+    return 0 if result.converged else 1
+
+
+def run_ui(dagster_args: list[str]) -> int:
+    """`dagster dev`, with a living sandbox beside it on the embedded default."""
+    dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
+    command = [dagster, "dev", *(dagster_args or ["--host", "127.0.0.1", "--port", "3000"])]
+    sandbox = None
+    if not os.environ.get("SAN_DATABASE_URL"):
+        from batch_pipeline.san.resources import SanDatabase
+
+        SanDatabase().get_engine().dispose()  # create and seed the embedded default first
+        sandbox = subprocess.Popen([sys.executable, "-m", "batch_pipeline.sandbox", "live"])
+    else:
+        print("SAN_DATABASE_URL is set: no sandbox, the UI works on that database", flush=True)
+    ui = subprocess.Popen(command)
+    try:
+        return ui.wait()
+    except KeyboardInterrupt:
+        ui.send_signal(signal.SIGINT)
+        return ui.wait()
+    finally:
+        if sandbox is not None:
+            sandbox.send_signal(signal.SIGINT)
+            try:
+                sandbox.wait(10)
+            except subprocess.TimeoutExpired:
+                sandbox.kill()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""The SAN application's full tables, for sandbox databases only, and the guard that keeps the
+sandbox away from real SAN data.
+
+batch_pipeline itself declares only the columns it uses (san/schema.py). The sandbox plays the
+app and its workers, so it writes the columns they write too (a card's title, summary and
+embedding; a summary's content). The columns mirror `san_app_schema.sql`; a test compares them.
+
+The sandbox shifts timestamps and deletes nothing, but it does rewrite every row's timestamps:
+it must never touch a real SAN database. `init_sandbox` marks a database it may use (the table
+`san_sandbox`) and refuses one that already holds SAN data; every other entry point calls
+`require_sandbox` first.
+"""
+
+from sqlalchemy import (
+    JSON, BigInteger, Column, Date, DateTime, ForeignKey, Integer, MetaData, REAL, String, Table, Text,
+    func, inspect, insert, select, text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.engine import Connection, Engine
+
+from batch_pipeline.san.database import utc_now
+
+Id = BigInteger().with_variant(Integer(), "sqlite")
+Timestamp = DateTime(timezone=True)
+Embedding = ARRAY(REAL).with_variant(JSON(), "sqlite")
+NOW = text("CURRENT_TIMESTAMP")  # the app's DEFAULT now(), on both databases
+
+app_metadata = MetaData()
+
+app_users = Table(
+    "users", app_metadata,
+    Column("id", Id, primary_key=True),
+    Column("nickname", Text),
+    Column("created_at", Timestamp, nullable=False, server_default=NOW),
+)
+app_scraps = Table(
+    "scraps", app_metadata,
+    Column("id", Id, primary_key=True),
+    Column("user_id", Id, ForeignKey("users.id"), nullable=False),
+    Column("source_url", Text),
+    Column("original_content", Text, nullable=False),
+    Column("refined_content", Text),
+    Column("content_hash", Text),
+    Column("created_at", Timestamp, nullable=False, server_default=NOW),
+    Column("updated_at", Timestamp, nullable=False, server_default=NOW),
+)
+app_knowledge_cards = Table(
+    "knowledge_cards", app_metadata,
+    Column("id", Id, primary_key=True),
+    Column("scrap_id", Id, ForeignKey("scraps.id"), nullable=False, unique=True),
+    Column("user_id", Id, ForeignKey("users.id"), nullable=False),
+    Column("title", Text),
+    Column("summary", Text),
+    Column("embedding", Embedding),
+    Column("created_at", Timestamp, nullable=False, server_default=NOW),
+)
+app_jobs = Table(
+    "jobs", app_metadata,
+    Column("id", Id, primary_key=True),
+    Column("job_type", String(32), nullable=False),
+    Column("target_id", Id, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("created_at", Timestamp, nullable=False, server_default=NOW),
+    Column("updated_at", Timestamp, nullable=False, server_default=NOW),
+    Column("started_at", Timestamp),
+    Column("finished_at", Timestamp),
+    Column("error_message", Text),
+    Column("retry_of_job_id", Id, ForeignKey("jobs.id")),
+)
+app_daily_summaries = Table(
+    "daily_summaries", app_metadata,
+    Column("id", Id, primary_key=True),
+    Column("user_id", Id, ForeignKey("users.id"), nullable=False),
+    Column("target_date", Date, nullable=False),
+    Column("content", Text),
+    Column("created_at", Timestamp, nullable=False, server_default=NOW),
+)
+# The mark of a sandbox database: one row, written by init_sandbox.
+sandbox_marker = Table(
+    "san_sandbox", app_metadata,
+    Column("id", Integer, primary_key=True),
+    Column("created_at", Timestamp, nullable=False, server_default=NOW),
+)
+
+SAN_TABLES = [app_users, app_scraps, app_knowledge_cards, app_jobs, app_daily_summaries]
+# Every timestamp the sandbox's time travel shifts.
+TIMESTAMP_COLUMNS = {
+    table.name: [column.name for column in table.columns if isinstance(column.type, DateTime)]
+    for table in SAN_TABLES
+}
+
+
+class NotASandbox(RuntimeError):
+    """The database is not a sandbox: the sandbox refuses to write to it."""
+
+
+def is_sandbox(conn: Connection) -> bool:
+    if not inspect(conn).has_table(sandbox_marker.name):
+        return False
+    return conn.execute(select(func.count()).select_from(sandbox_marker)).scalar_one() > 0
+
+
+def require_sandbox(engine: Engine) -> None:
+    with engine.connect() as conn:
+        if not is_sandbox(conn):
+            raise NotASandbox(
+                f"{engine.url.render_as_string(hide_password=True)} is not a sandbox database (no "
+                "san_sandbox table): the sandbox rewrites timestamps and plays workers, so it only "
+                "runs on a database made by `python -m batch_pipeline.sandbox init`"
+            )
+
+
+def init_sandbox(engine: Engine) -> bool:
+    """Create the SAN tables (as the app does) and mark the database as a sandbox.
+
+    Refuses a database that already holds SAN rows and is not a sandbox. Returns True if the
+    database was newly marked, False if it already was a sandbox.
+    """
+    with engine.begin() as conn:
+        if is_sandbox(conn):
+            return False
+        existing = set(inspect(conn).get_table_names())
+        for table in SAN_TABLES:
+            if table.name in existing and conn.execute(select(table.c.id).limit(1)).first():
+                raise NotASandbox(
+                    f"refusing to turn {engine.url.render_as_string(hide_password=True)} into a sandbox: "
+                    f"table {table.name} already holds rows. Use an empty database."
+                )
+        app_metadata.create_all(conn)
+        conn.execute(insert(sandbox_marker).values(id=1, created_at=utc_now()))
+    if engine.dialect.name == "sqlite":
+        # Workers, the load generator and Dagster write at once: WAL lets readers go on.
+        raw = engine.raw_connection()  # outside SQLAlchemy's transaction (BEGIN IMMEDIATE)
+        try:
+            raw.driver_connection.execute("PRAGMA journal_mode=WAL")
+        finally:
+            raw.close()
+    return True

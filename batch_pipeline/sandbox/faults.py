@@ -1,0 +1,52 @@
+"""The sandbox's fault knobs: each a probability, validated.
+
+Every decision about a job is drawn from a hash of (seed, knob, job id), not from a shared
+random stream: all worker processes agree on it (four listeners hear one pg_notify; they all
+treat its event as lost or none does), and a run is reproducible from its seed whatever the
+scheduling of the processes.
+"""
+
+import hashlib
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+
+class Faults(BaseModel):
+    """What goes wrong, and how often."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    event_lost: float = Field(0.0, ge=0.0, le=1.0, description="A job's announcement never reaches a worker: the job stays PENDING.")
+    app_dies_before_enqueue: float = Field(0.0, ge=0.0, le=1.0, description="The app saves the scrap and dies before creating its jobs.")
+    worker_dies_mid_job: float = Field(0.0, ge=0.0, le=1.0, description="The worker claims the job and dies: it stays PROCESSING.")
+    ai_fails: float = Field(0.0, ge=0.0, le=1.0, description="The AI call fails: the job ends FAILED.")
+    poison: float = Field(0.0, ge=0.0, le=1.0, description="A saved scrap is poison: every AI call on it fails.")
+    slow_worker: float = Field(0.0, ge=0.0, le=1.0, description="The worker finishes only after recovery has given up on the job.")
+    seed: int = Field(0, description="Same seed, same faults.")
+
+    @classmethod
+    def none(cls) -> "Faults":
+        return cls()
+
+    @classmethod
+    def convergence_rates(cls, seed: int = 0) -> "Faults":
+        """The rates of the convergence test (issue 6)."""
+        return cls(event_lost=0.20, app_dies_before_enqueue=0.05, worker_dies_mid_job=0.10,
+                   ai_fails=0.15, poison=0.01, slow_worker=0.05, seed=seed)
+
+    def happens(self, knob: str, key: int) -> bool:
+        """Whether fault `knob` strikes the thing identified by `key` (a job or scrap id)."""
+        probability = getattr(self, knob)
+        if probability <= 0.0:
+            return False
+        digest = hashlib.blake2b(f"{self.seed}:{knob}:{key}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") / 2**64 < probability
+
+    @property
+    def attempt_failure_rate(self) -> float:
+        """How often one job attempt leaves its need unmet at the end of its cycle: its event
+        was lost, its worker died or is slow (its result lands only in the next cycle), or the
+        AI failed. Poison is not a rate per attempt: a poison scrap fails every attempt."""
+        succeeds = (1 - self.event_lost) * (1 - self.worker_dies_mid_job) * (1 - self.slow_worker) * (1 - self.ai_fails)
+        return 1 - succeeds

@@ -1,0 +1,232 @@
+"""The reference SAN worker: what SAN's workers do, and the contract that makes recovery safe.
+
+The contract (README, "For SAN's worker authors"):
+
+1. Claim a job only while it is PENDING:
+   `UPDATE jobs SET status='PROCESSING', started_at=now() WHERE id=:id AND status='PENDING'`.
+   No row updated: another worker has it, or recovery closed it. Drop it.
+2. Call the AI outside any transaction.
+3. In one transaction, write the result idempotently and complete the job only if it is still
+   the live attempt:
+   - refined text: `UPDATE scraps SET refined_content=… WHERE id=… AND refined_content IS NULL`
+   - card: `INSERT … ON CONFLICT (scrap_id) DO NOTHING` (`knowledge_cards.scrap_id` is unique)
+   - TIL: `UPDATE daily_summaries SET content=… WHERE id=… AND content IS NULL`
+   - `UPDATE jobs SET status='COMPLETED' … WHERE id=:id AND status='PROCESSING'`
+   A worker that finishes after recovery replaced its job (it is FAILED now) keeps its result,
+   which is just as good, but cannot complete a closed job, and the replacement job's worker
+   cannot add a second card. Nothing is doubled, whichever finishes first.
+"""
+
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field, fields
+from datetime import date
+
+from sqlalchemy import and_, select, update
+from sqlalchemy.engine import Connection, Engine
+
+from batch_pipeline.sandbox import ai
+from batch_pipeline.sandbox.app_schema import app_daily_summaries, app_knowledge_cards, app_scraps
+from batch_pipeline.sandbox.events import JobEvents
+from batch_pipeline.sandbox.faults import Faults
+from batch_pipeline.san.database import utc_now
+from batch_pipeline.san.schema import (
+    CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, SCRAP_REFINE, TIL_GENERATION, jobs,
+)
+from batch_pipeline.san.timezone import san_timezone_name
+from batch_pipeline.til.auto_generation import day_bounds
+
+
+@dataclass
+class WorkerStats:
+    heard: int = 0  # job ids announced to (or polled by) this worker
+    lost_events: int = 0  # announcements that never arrived (fault)
+    not_claimed: int = 0  # another worker had it, or it was no longer PENDING
+    claimed: int = 0
+    completed: int = 0
+    failed: int = 0  # the AI call failed (fault or poison), job ended FAILED
+    died: int = 0  # the worker died mid-job (fault): the job stays PROCESSING
+    held_slow: int = 0  # claimed, finished only later (fault)
+    late_results: int = 0  # finished after recovery closed the job: result kept, job not completed
+    results_already_there: int = 0  # the idempotent write found the result in place: nothing doubled
+    lost_job_ids: list = field(default_factory=list)  # pg_notify reaches every listener: dedup by id
+
+    def add(self, other: "WorkerStats") -> "WorkerStats":
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        self.lost_events = len(set(self.lost_job_ids))
+        return self
+
+    @property
+    def did_nothing(self) -> bool:
+        return not (self.claimed or self.completed or self.failed or self.late_results)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def claim_job(conn: Connection, job_id: int, now) -> tuple[str, int] | None:
+    """Contract step 1: PENDING -> PROCESSING, or None if the job is not ours to run."""
+    row = conn.execute(
+        update(jobs).where(jobs.c.id == job_id, jobs.c.status == PENDING)
+        .values(status=PROCESSING, started_at=now, updated_at=now)
+        .returning(jobs.c.job_type, jobs.c.target_id)
+    ).first()
+    return (row.job_type, row.target_id) if row else None
+
+
+def finish_job(conn: Connection, job_id: int, status: str, now, error: str | None = None) -> bool:
+    """Contract step 3: end the job only if it is still the live attempt (PROCESSING)."""
+    result = conn.execute(
+        update(jobs).where(jobs.c.id == job_id, jobs.c.status == PROCESSING)
+        .values(status=status, finished_at=now, updated_at=now, error_message=error)
+    )
+    return result.rowcount == 1
+
+
+def insert_or_ignore(conn: Connection, table, values: dict, unique_column: str) -> bool:
+    """INSERT … ON CONFLICT DO NOTHING; True if the row was inserted."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    statement = insert(table).values(**values).on_conflict_do_nothing(index_elements=[unique_column])
+    return conn.execute(statement).rowcount == 1
+
+
+class TargetMissing(RuntimeError):
+    """The job's target row does not exist."""
+
+
+class ReferenceWorker:
+    """One SAN worker. `drain()` handles every announced job until the channel is quiet."""
+
+    def __init__(self, engine: Engine, events: JobEvents, faults: Faults = Faults(), timezone: str | None = None):
+        self.engine, self.events, self.faults = engine, events, faults
+        self.timezone = timezone or san_timezone_name()
+        self.stats = WorkerStats()
+        self._slow: deque[tuple[float, int, str, int]] = deque()  # (due, job_id, job_type, target_id)
+
+    # -- the loop -------------------------------------------------------------------------
+    def drain(self, idle_s: float = 0.3) -> WorkerStats:
+        """Finish jobs held by slow workers (recovery has had its chance), then handle every
+        announced job until nothing is heard for idle_s. Returns this drain's stats."""
+        self.stats = WorkerStats()
+        self.finish_slow_jobs(due_before=float("inf"))
+        while job_ids := self.events.next_job_ids(idle_s):
+            for job_id in job_ids:
+                self.handle(job_id)
+        return self.stats
+
+    def run_for(self, seconds: float, slow_delay_s: float, poll_s: float = 0.5) -> None:
+        """Live mode: handle jobs as they come; a slow job finishes slow_delay_s after its claim."""
+        self.slow_delay_s = slow_delay_s
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for job_id in self.events.next_job_ids(poll_s):
+                self.handle(job_id)
+            self.finish_slow_jobs(due_before=time.monotonic())
+
+    def finish_slow_jobs(self, due_before: float) -> None:
+        while self._slow and self._slow[0][0] <= due_before:
+            _due, job_id, job_type, target_id = self._slow.popleft()
+            self.run_job(job_id, job_type, target_id)
+
+    # -- one job ----------------------------------------------------------------------------
+    def handle(self, job_id: int) -> None:
+        self.stats.heard += 1
+        if self.faults.happens("event_lost", job_id):
+            self.stats.lost_events += 1
+            self.stats.lost_job_ids.append(job_id)
+            return
+        with self.engine.begin() as conn:
+            claimed = claim_job(conn, job_id, utc_now())
+        if claimed is None:
+            self.stats.not_claimed += 1
+            return
+        self.stats.claimed += 1
+        job_type, target_id = claimed
+        if self.faults.happens("worker_dies_mid_job", job_id):
+            self.stats.died += 1  # gone without a word: the job stays PROCESSING
+            return
+        if self.faults.happens("slow_worker", job_id):
+            self.stats.held_slow += 1
+            self._slow.append((time.monotonic() + getattr(self, "slow_delay_s", 0.0), job_id, job_type, target_id))
+            return
+        self.run_job(job_id, job_type, target_id)
+
+    def run_job(self, job_id: int, job_type: str, target_id: int) -> None:
+        try:
+            with self.engine.connect() as conn:
+                work = self.read_input(conn, job_type, target_id)
+            if self.faults.happens("ai_fails", job_id):
+                raise ai.AiCallFailed("the AI server returned 503 (sandbox fault)")
+            result = work()  # the AI call, outside any transaction
+        except (ai.AiCallFailed, TargetMissing) as error:
+            with self.engine.begin() as conn:
+                finish_job(conn, job_id, FAILED, utc_now(), error=str(error)[:500])
+            self.stats.failed += 1
+            return
+        with self.engine.begin() as conn:
+            written = self.write_result(conn, job_type, target_id, result)
+            live = finish_job(conn, job_id, COMPLETED, utc_now())
+        if not written:
+            self.stats.results_already_there += 1
+        if live:
+            self.stats.completed += 1
+        else:
+            self.stats.late_results += 1
+
+    def read_input(self, conn: Connection, job_type: str, target_id: int):
+        """Read what the AI needs; return the AI call to make (a closure)."""
+        if job_type in (SCRAP_REFINE, CARD_ANALYSIS):
+            scrap = conn.execute(
+                select(app_scraps.c.user_id, app_scraps.c.original_content, app_scraps.c.refined_content)
+                .where(app_scraps.c.id == target_id)
+            ).first()
+            if scrap is None:
+                raise TargetMissing(f"scrap {target_id} does not exist")
+            if job_type == SCRAP_REFINE:
+                return lambda: ai.refine(scrap.original_content)
+            text = scrap.refined_content or scrap.original_content
+            return lambda: (scrap.user_id, ai.analyse(text))
+        if job_type == TIL_GENERATION:
+            summary = conn.execute(
+                select(app_daily_summaries.c.user_id, app_daily_summaries.c.target_date)
+                .where(app_daily_summaries.c.id == target_id)
+            ).first()
+            if summary is None:
+                raise TargetMissing(f"daily summary {target_id} does not exist")
+            titles = self.card_titles_of_day(conn, summary.user_id, summary.target_date)
+            return lambda: ai.write_til(summary.target_date.isoformat(), titles)
+        raise TargetMissing(f"unknown job type {job_type!r}")
+
+    def card_titles_of_day(self, conn: Connection, user_id: int, day: date) -> list[str]:
+        start, end = day_bounds(day, self.timezone)
+        return list(conn.execute(
+            select(app_knowledge_cards.c.title)
+            .join(app_scraps, app_scraps.c.id == app_knowledge_cards.c.scrap_id)
+            .where(app_scraps.c.user_id == user_id, app_scraps.c.created_at >= start, app_scraps.c.created_at < end)
+            .order_by(app_knowledge_cards.c.id)
+        ).scalars())
+
+    def write_result(self, conn: Connection, job_type: str, target_id: int, result) -> bool:
+        """Contract step 3, the result: idempotent. True if this call wrote it."""
+        now = utc_now()
+        if job_type == SCRAP_REFINE:
+            return conn.execute(
+                update(app_scraps)
+                .where(and_(app_scraps.c.id == target_id, app_scraps.c.refined_content.is_(None)))
+                .values(refined_content=result, updated_at=now)
+            ).rowcount == 1
+        if job_type == CARD_ANALYSIS:
+            user_id, card = result
+            return insert_or_ignore(conn, app_knowledge_cards, {
+                "scrap_id": target_id, "user_id": user_id, "title": card.title, "summary": card.summary,
+                "embedding": card.embedding, "created_at": now,
+            }, unique_column="scrap_id")
+        return conn.execute(
+            update(app_daily_summaries)
+            .where(and_(app_daily_summaries.c.id == target_id, app_daily_summaries.c.content.is_(None)))
+            .values(content=result)
+        ).rowcount == 1

@@ -1,0 +1,157 @@
+"""The reference worker: what SAN's workers do, its faults, and the contract that keeps a slow
+worker from doubling a result after recovery replaced its job."""
+
+import json
+from datetime import date, timedelta
+
+from sqlalchemy import insert, select
+
+from batch_pipeline.recovery.ghost_jobs import GhostRule, detect_ghost_jobs, recover_ghost_jobs
+from batch_pipeline.sandbox.ai import EMBEDDING_DIMENSIONS
+from batch_pipeline.sandbox.app import save_scraps
+from batch_pipeline.sandbox.app_schema import app_daily_summaries, app_knowledge_cards, app_scraps
+from batch_pipeline.sandbox.faults import Faults
+from batch_pipeline.sandbox.time_travel import age_database
+from batch_pipeline.sandbox.worker import ReferenceWorker
+from batch_pipeline.san.database import utc_now
+from batch_pipeline.san.dispatch import Dispatcher
+from batch_pipeline.san.schema import (
+    CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, SCRAP_REFINE, TIL_GENERATION, knowledge_cards,
+)
+from batch_pipeline_tests.sandbox.conftest import ListedEvents
+
+
+def worker(db, *batches, faults=Faults()):
+    return ReferenceWorker(db.engine, ListedEvents(*batches), faults, timezone="Asia/Seoul")
+
+
+def saved_scrap(db, **faults):
+    before = {job.id for job in db.jobs()}
+    save_scraps(db.engine, Dispatcher(), count=1, users=1, faults=Faults(**faults))
+    [refine, card] = [job for job in db.jobs() if job.id not in before]
+    return refine.target_id, refine.id, card.id
+
+
+def card_rows(db, scrap_id):
+    with db.engine.connect() as conn:
+        return conn.execute(select(app_knowledge_cards).where(app_knowledge_cards.c.scrap_id == scrap_id)).all()
+
+
+def refined_content(db, scrap_id):
+    with db.engine.connect() as conn:
+        return conn.execute(select(app_scraps.c.refined_content).where(app_scraps.c.id == scrap_id)).scalar_one()
+
+
+def test_a_worker_refines_builds_the_card_and_completes_both_jobs(sandbox):
+    scrap_id, refine_job, card_job = saved_scrap(sandbox)
+    stats = worker(sandbox, [refine_job, card_job]).drain()
+
+    assert (stats.claimed, stats.completed) == (2, 2)
+    assert refined_content(sandbox, scrap_id).startswith("Notes on")
+    [card] = card_rows(sandbox, scrap_id)
+    embedding = card.embedding if isinstance(card.embedding, list) else json.loads(card.embedding)
+    assert len(embedding) == EMBEDDING_DIMENSIONS and abs(sum(x * x for x in embedding) - 1) < 1e-3
+    assert card.title and card.summary
+    for job in sandbox.jobs():
+        assert job.status == COMPLETED and job.started_at is not None and job.finished_at is not None
+
+
+def test_til_generation_writes_the_summary_from_the_day_cards(sandbox):
+    scrap_id, refine_job, card_job = saved_scrap(sandbox)
+    worker(sandbox, [refine_job, card_job]).drain()
+    [card] = card_rows(sandbox, scrap_id)
+    today = utc_now().astimezone(__import__("zoneinfo").ZoneInfo("Asia/Seoul")).date()
+    with sandbox.engine.begin() as conn:
+        summary_id = conn.execute(insert(app_daily_summaries).values(
+            user_id=card.user_id, target_date=today, created_at=utc_now()).returning(app_daily_summaries.c.id)).scalar_one()
+    til_job = sandbox.job(TIL_GENERATION, summary_id, PENDING)
+
+    assert worker(sandbox, [til_job]).drain().completed == 1
+    [summary] = sandbox.summaries()
+    assert summary.content.startswith(f"TIL {today.isoformat()}: you learned 1 thing(s): {card.title}")
+
+
+def test_two_workers_hearing_the_same_job_run_it_once(sandbox):
+    scrap_id, _, card_job = saved_scrap(sandbox)
+    first, second = worker(sandbox, [card_job]), worker(sandbox, [card_job])
+    assert first.drain().claimed == 1
+    assert (second.drain().claimed, second.stats.not_claimed) == (0, 1)
+    assert len(card_rows(sandbox, scrap_id)) == 1
+
+
+def test_a_lost_event_leaves_the_job_pending(sandbox):
+    _, refine_job, _ = saved_scrap(sandbox)
+    stats = worker(sandbox, [refine_job], faults=Faults(event_lost=1.0)).drain()
+    assert (stats.lost_events, stats.claimed) == (1, 0)
+    assert sandbox.get_job(refine_job).status == PENDING
+
+
+def test_a_worker_that_dies_mid_job_leaves_it_processing(sandbox):
+    scrap_id, refine_job, _ = saved_scrap(sandbox)
+    assert worker(sandbox, [refine_job], faults=Faults(worker_dies_mid_job=1.0)).drain().died == 1
+    job = sandbox.get_job(refine_job)
+    assert job.status == PROCESSING and job.started_at is not None and job.finished_at is None
+    assert refined_content(sandbox, scrap_id) is None
+
+
+def test_a_failed_ai_call_and_a_poison_scrap_end_the_job_failed(sandbox):
+    scrap_id, refine_job, _ = saved_scrap(sandbox)
+    assert worker(sandbox, [refine_job], faults=Faults(ai_fails=1.0)).drain().failed == 1
+    assert sandbox.get_job(refine_job).status == FAILED and "503" in sandbox.get_job(refine_job).error_message
+
+    poison_scrap, poison_refine, poison_card = saved_scrap(sandbox, poison=1.0)
+    assert worker(sandbox, [poison_refine, poison_card]).drain().failed == 2
+    assert all("poison" in sandbox.get_job(j).error_message for j in (poison_refine, poison_card))
+    assert refined_content(sandbox, poison_scrap) is None and not card_rows(sandbox, poison_scrap)
+
+
+def replace_ghosts(db):
+    """Age the sandbox past the PROCESSING threshold and run ghost-job recovery."""
+    age_database(db.engine, timedelta(hours=2))
+    rule = GhostRule(now=utc_now())
+    with db.engine.connect() as conn:
+        ghosts = detect_ghost_jobs(conn, rule)
+    return recover_ghost_jobs(db.engine, Dispatcher(), ghosts, rule)
+
+
+def test_a_slow_worker_that_finishes_after_recovery_replaced_its_job_doubles_nothing(sandbox):
+    """The contract: the late worker keeps its (identical) result but cannot complete the closed
+    job; the replacement's worker finds the card in place and inserts no second one."""
+    scrap_id, _, card_job = saved_scrap(sandbox)
+    slow = worker(sandbox, [card_job], faults=Faults(slow_worker=1.0))
+    assert slow.drain().held_slow == 1
+    assert card_job in {r["failed_job_id"] for r in replace_ghosts(sandbox).recovered}
+    [replacement] = sandbox.jobs(retry_of_job_id=card_job)
+
+    late = slow.drain()  # the slow worker finishes first, after recovery closed its job
+    assert (late.late_results, late.completed) == (1, 0)
+    assert sandbox.get_job(card_job).status == FAILED  # a closed job is never completed
+    assert len(card_rows(sandbox, scrap_id)) == 1
+
+    fresh = worker(sandbox, [replacement.id]).drain()
+    assert (fresh.completed, fresh.results_already_there) == (1, 1)
+    assert sandbox.get_job(replacement.id).status == COMPLETED
+    assert len(card_rows(sandbox, scrap_id)) == 1
+    assert sandbox.count(knowledge_cards) == 1
+
+
+def test_a_slow_worker_that_finishes_after_the_replacement_doubles_nothing(sandbox):
+    scrap_id, refine_job, _ = saved_scrap(sandbox)
+    slow = worker(sandbox, [refine_job], faults=Faults(slow_worker=1.0))
+    slow.drain()
+    replace_ghosts(sandbox)
+    [replacement] = sandbox.jobs(retry_of_job_id=refine_job)
+    assert worker(sandbox, [replacement.id]).drain().completed == 1
+    written = refined_content(sandbox, scrap_id)
+
+    late = slow.drain()
+    assert (late.late_results, late.results_already_there) == (1, 1)
+    assert sandbox.get_job(refine_job).status == FAILED
+    assert refined_content(sandbox, scrap_id) == written
+
+
+def test_a_job_whose_target_is_gone_fails_with_the_reason(sandbox):
+    job_id = sandbox.job(CARD_ANALYSIS, 424242, PENDING)
+    assert worker(sandbox, [job_id]).drain().failed == 1
+    job = sandbox.get_job(job_id)
+    assert job.status == FAILED and "scrap 424242 does not exist" in job.error_message
