@@ -15,9 +15,10 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # DAGSTER_HOME keeps run history, schedules and logs in .dagster_home, with ./dagster.yaml.
+# `dagster dev`, plus (when SAN_DATABASE_URL is unset) a living sandbox on the embedded default.
 run: $(STAMP)
 	mkdir -p .dagster_home && ln -sf ../dagster.yaml .dagster_home/dagster.yaml
-	DAGSTER_HOME=$(CURDIR)/.dagster_home $(VENV)/bin/dagster dev --host 127.0.0.1 --port 3000
+	DAGSTER_HOME=$(CURDIR)/.dagster_home $(VENV)/bin/python -m batch_pipeline.sandbox ui -- --host 127.0.0.1 --port 3000
 
 # --dist loadfile: a test module runs on one worker, in order (the UI test walks through steps).
 test: $(STAMP)

@@ -7,6 +7,7 @@
   converge   the convergence experiment of docs/reliability.md, on a scratch PostgreSQL database
   live       a living SAN (scraps arriving, workers failing, the clock running fast)
   ui         `make run`: the Dagster UI, on a living sandbox unless SAN_DATABASE_URL is set
+             (`ui --still`: the embedded default without the living sandbox)
 
 Every command but `init`, `converge` and `ui` needs a sandbox database (made by init, or the
 embedded default); the sandbox refuses a real SAN database.
@@ -70,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     work.add_argument("--workers", type=int, default=2)
     work.add_argument("--idle-seconds", type=float, default=2.0, help="stop when nothing is heard for this long")
     work.add_argument("--dispatcher", default=os.environ.get("SAN_JOB_DISPATCHER"))
+    work.add_argument("--backlog", action="store_true",
+                      help="also take the PENDING jobs that exist already (else only jobs announced from now on)")
     add_fault_flags(work, Faults())
     age = with_url("age", "shift every timestamp back")
     age.add_argument("--hours", type=float, required=True)
@@ -88,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     live.add_argument("--san-minutes-per-tick", type=float, default=5.0)
     add_fault_flags(live, LIVE_FAULTS)
     ui = commands.add_parser("ui", help="dagster dev, on a living sandbox unless SAN_DATABASE_URL is set")
-    ui.add_argument("dagster_args", nargs=argparse.REMAINDER, help="arguments for `dagster dev`")
+    ui.add_argument("--still", action="store_true", help="the embedded default without the living sandbox")
+    ui.add_argument("dagster_args", nargs=argparse.REMAINDER,
+                    help="after --: arguments for `dagster dev` (default: --host 127.0.0.1 --port 3000)")
     return parser
 
 
@@ -114,7 +119,7 @@ def run_command(args, faults: Faults | None) -> int:
     if args.command == "converge":
         return converge(args, faults)
     if args.command == "ui":
-        return run_ui(args.dagster_args)
+        return run_ui([a for a in args.dagster_args if a != "--"], live=not args.still)
     engine = create_san_engine(args.database_url)
     where = redacted(engine.url)
     if args.command == "live" and args.database_url == embedded_database_url():
@@ -133,7 +138,8 @@ def run_command(args, faults: Faults | None) -> int:
         from batch_pipeline.sandbox.pool import WorkerPool, WorkerSettings
 
         kind = build_dispatcher(args.dispatcher, engine.dialect.name, "").kind
-        with WorkerPool(WorkerSettings(args.database_url, kind, faults), args.workers) as pool:
+        settings = WorkerSettings(args.database_url, kind, faults, backlog=args.backlog)
+        with WorkerPool(settings, args.workers) as pool:
             stats = pool.drain(idle_s=args.idle_seconds)
         print(f"{where}: {stats.as_dict() | {'lost_job_ids': len(stats.lost_job_ids)}}")
     elif args.command == "age":
@@ -172,7 +178,7 @@ def converge(args, faults: Faults) -> int:
     return 0 if result.converged else 1
 
 
-def run_ui(dagster_args: list[str]) -> int:
+def run_ui(dagster_args: list[str], live: bool = True) -> int:
     """`dagster dev`, with a living sandbox beside it on the embedded default."""
     dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
     command = [dagster, "dev", *(dagster_args or ["--host", "127.0.0.1", "--port", "3000"])]
@@ -181,7 +187,8 @@ def run_ui(dagster_args: list[str]) -> int:
         from batch_pipeline.san.resources import SanDatabase
 
         SanDatabase().get_engine().dispose()  # create and seed the embedded default first
-        sandbox = subprocess.Popen([sys.executable, "-m", "batch_pipeline.sandbox", "live"])
+        if live:
+            sandbox = subprocess.Popen([sys.executable, "-m", "batch_pipeline.sandbox", "live"])
     else:
         print("SAN_DATABASE_URL is set: no sandbox, the UI works on that database", flush=True)
     ui = subprocess.Popen(command)

@@ -8,7 +8,6 @@ in under 10 minutes, so yesterday's TIL partition has users soon after start.
 """
 
 import random
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 

@@ -19,6 +19,7 @@ class WorkerSettings:
     faults: Faults
     redis_url: str = "redis://127.0.0.1:6379/0"
     timezone: str | None = None
+    backlog: bool = False  # also take the PENDING jobs that exist when the worker starts
 
 
 def build_worker(settings: WorkerSettings, name: str):
@@ -34,6 +35,7 @@ def build_worker(settings: WorkerSettings, name: str):
 def _worker_main(settings: WorkerSettings, name: str, commands) -> None:
     worker = build_worker(settings, name)
     commands.send("listening")
+    take_backlog = settings.backlog
     while True:
         command, argument = commands.recv()
         if command == "stop":
@@ -42,7 +44,11 @@ def _worker_main(settings: WorkerSettings, name: str, commands) -> None:
             commands.send("stopped")
             return
         try:
-            commands.send(("ok", worker.drain(idle_s=argument).as_dict()))
+            worker.stats = WorkerStats()
+            if take_backlog:
+                worker.take_backlog()
+                take_backlog = False
+            commands.send(("ok", worker.drain(idle_s=argument, reset=False).as_dict()))
         except Exception as error:  # report, so the pool fails loudly instead of hanging
             commands.send(("error", f"{name}: {type(error).__name__}: {error}"))
 

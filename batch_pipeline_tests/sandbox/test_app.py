@@ -3,7 +3,6 @@ workers hear those events on the channel the pipeline announces on."""
 
 import uuid
 
-import psycopg
 import redis
 from sqlalchemy import select
 

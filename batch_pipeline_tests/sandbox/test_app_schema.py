@@ -5,7 +5,7 @@ from sqlalchemy import inspect, text
 
 from batch_pipeline.sandbox.__main__ import main
 from batch_pipeline.sandbox.app_schema import NotASandbox, SAN_TABLES, init_sandbox, require_sandbox
-from batch_pipeline.san.database import create_san_engine
+from batch_pipeline.san.schema import scraps
 from batch_pipeline_tests.conftest import PgSchema
 
 
@@ -48,7 +48,7 @@ def test_the_cli_refuses_a_real_database_with_a_clear_error(san_db, capsys):
     for command in (["age", "--hours", "2"], ["load", "--scraps", "1"], ["work"], ["init"]):
         assert main([*command, "--database-url", san_db.url]) == 2, command
         assert "not a sandbox" in capsys.readouterr().err or command == ["init"]
-    assert san_db.count(__import__("batch_pipeline.san.schema", fromlist=["scraps"]).scraps) == 1
+    assert san_db.count(scraps) == 1
 
 
 def test_the_cli_names_a_bad_fault_value(tmp_path, capsys):

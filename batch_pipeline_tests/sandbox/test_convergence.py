@@ -4,8 +4,6 @@ On PostgreSQL with 4 worker processes (pg_notify), 2,000 scraps from 200 users a
 fault rates; and a smaller run on SQLite with polling workers. `-s` shows the table per cycle.
 """
 
-import pytest
-
 from batch_pipeline.recovery import orphan_scraps, unrefined_scraps
 from batch_pipeline.sandbox.convergence import run_convergence
 from batch_pipeline.sandbox.faults import Faults

@@ -10,6 +10,7 @@ from batch_pipeline.sandbox.app_schema import NotASandbox, SAN_TABLES, TIMESTAMP
 from batch_pipeline.sandbox.time_travel import age_database
 from batch_pipeline.sandbox.worker import ReferenceWorker
 from batch_pipeline.san.dispatch import Dispatcher
+from batch_pipeline.san.schema import scraps
 from batch_pipeline_tests.sandbox.conftest import ListedEvents
 
 
@@ -44,7 +45,7 @@ def test_every_timestamp_moves_back_by_the_same_amount_and_nulls_stay_null(sandb
 def test_time_travel_refuses_a_database_that_is_not_a_sandbox(san_db):
     user = san_db.user()
     scrap = san_db.scrap(user)
-    before = san_db.count(__import__("batch_pipeline.san.schema", fromlist=["scraps"]).scraps)
+    before = san_db.count(scraps)
     with san_db.engine.connect() as conn:
         created = conn.execute(text("SELECT created_at FROM scraps WHERE id = :id"), {"id": scrap}).scalar_one()
     with pytest.raises(NotASandbox, match="not a sandbox"):

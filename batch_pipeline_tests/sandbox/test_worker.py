@@ -2,7 +2,8 @@
 worker from doubling a result after recovery replaced its job."""
 
 import json
-from datetime import date, timedelta
+from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import insert, select
 
@@ -16,7 +17,7 @@ from batch_pipeline.sandbox.worker import ReferenceWorker
 from batch_pipeline.san.database import utc_now
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.schema import (
-    CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, SCRAP_REFINE, TIL_GENERATION, knowledge_cards,
+    CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, TIL_GENERATION, knowledge_cards,
 )
 from batch_pipeline_tests.sandbox.conftest import ListedEvents
 
@@ -60,7 +61,7 @@ def test_til_generation_writes_the_summary_from_the_day_cards(sandbox):
     scrap_id, refine_job, card_job = saved_scrap(sandbox)
     worker(sandbox, [refine_job, card_job]).drain()
     [card] = card_rows(sandbox, scrap_id)
-    today = utc_now().astimezone(__import__("zoneinfo").ZoneInfo("Asia/Seoul")).date()
+    today = utc_now().astimezone(ZoneInfo("Asia/Seoul")).date()
     with sandbox.engine.begin() as conn:
         summary_id = conn.execute(insert(app_daily_summaries).values(
             user_id=card.user_id, target_date=today, created_at=utc_now()).returning(app_daily_summaries.c.id)).scalar_one()

@@ -48,7 +48,8 @@ def wait_for(condition, timeout_s: float, what: str):
 
 @pytest.fixture(scope="module")
 def dagster_dev(tmp_path_factory):
-    """`dagster dev` as `make run` starts it: ./dagster.yaml, embedded SAN database."""
+    """The UI as `make run` starts it (./dagster.yaml, the embedded SAN database), but still:
+    without the living sandbox, so each step knows exactly what the database holds."""
     tmp = tmp_path_factory.mktemp("dagster_dev")
     home = tmp / "dagster_home"
     home.mkdir()
@@ -64,7 +65,8 @@ def dagster_dev(tmp_path_factory):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     process = subprocess.Popen(
-        [str(ROOT / ".venv" / "bin" / "dagster"), "dev", "-h", "127.0.0.1", "-p", str(port)],
+        [str(ROOT / ".venv" / "bin" / "python"), "-m", "batch_pipeline.sandbox", "ui", "--still",
+         "--", "-h", "127.0.0.1", "-p", str(port)],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=default_signals, start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"

@@ -1,0 +1,103 @@
+"""`make run` (python -m batch_pipeline.sandbox ui): the Dagster UI comes up on a living SAN,
+and a recovery run launched through the webserver heals what the sandbox broke."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import timedelta
+from pathlib import Path
+
+from dagster import AssetKey, DagsterInstance
+from dagster_graphql import DagsterGraphQLClient
+from sqlalchemy import func, select
+
+from batch_pipeline.san.database import create_san_engine, utc_now
+from batch_pipeline.san.schema import COMPLETED, PENDING, jobs, scraps
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(condition, timeout_s, what):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(1)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def test_make_run_serves_the_ui_on_a_living_sandbox(tmp_path):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    env = {**os.environ, "DAGSTER_HOME": str(home), "SAN_DATA_DIR": str(tmp_path / "data")}
+    for name in ("SAN_DATABASE_URL", "SAN_JOB_DISPATCHER", "SAN_RECOVERY_CRON"):
+        env.pop(name, None)
+    port = free_port()
+    log = open(tmp_path / "ui.log", "w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "batch_pipeline.sandbox", "ui", "--", "-h", "127.0.0.1", "-p", str(port)],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    engine = create_san_engine(f"sqlite:///{tmp_path / 'data' / 'san.sqlite'}")
+    try:
+        wait_for(lambda: _serving(port), 120, "the UI")
+
+        def count(*where):
+            with engine.connect() as conn:
+                return conn.execute(select(func.count()).select_from(jobs).where(*where)).scalar_one()
+
+        def scrap_count():
+            with engine.connect() as conn:
+                return conn.execute(select(func.count()).select_from(scraps)).scalar_one()
+
+        # alive: scraps keep arriving and the worker completes jobs (the seed has 30 scraps)
+        wait_for(lambda: scrap_count() > 40 and count(jobs.c.status == COMPLETED, jobs.c.id > 50) > 5, 90, "the sandbox to work")
+        # the fast clock turns lost events into ghosts (PENDING for over 30 SAN minutes)
+        def ghosts():
+            return count(jobs.c.status == PENDING, jobs.c.id > 50, jobs.c.created_at < utc_now() - timedelta(minutes=40))
+
+        wait_for(lambda: ghosts() > 0, 120, "a ghost made by the sandbox")
+
+        client = DagsterGraphQLClient("127.0.0.1", port_number=port)
+        run_id = client.submit_job_execution("recovery_job")
+        wait_for(lambda: client.get_run_status(run_id).value in ("SUCCESS", "FAILURE"), 180, "the recovery run")
+        assert client.get_run_status(run_id).value == "SUCCESS"
+        with DagsterInstance.from_config(str(home)) as instance:
+            event = instance.get_latest_materialization_event(AssetKey("ghost_job_recovery"))
+            assert event.run_id == run_id
+            assert event.asset_materialization.metadata["enqueued"].value > 0
+    finally:
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C, as a user stops `make run`
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+        log.close()
+        engine.dispose()
+    # Ctrl-C stopped the sandbox too: no more scraps arrive
+    time.sleep(3)
+    with create_san_engine(f"sqlite:///{tmp_path / 'data' / 'san.sqlite'}").connect() as conn:
+        first = conn.execute(select(func.count()).select_from(scraps)).scalar_one()
+    time.sleep(3)
+    with create_san_engine(f"sqlite:///{tmp_path / 'data' / 'san.sqlite'}").connect() as conn:
+        assert conn.execute(select(func.count()).select_from(scraps)).scalar_one() == first
+
+
+def _serving(port) -> bool:
+    try:
+        return urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2).status == 200
+    except OSError:
+        return False
