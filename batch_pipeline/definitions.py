@@ -30,6 +30,8 @@ def san_resources() -> dict:
     dispatcher = {"kind": _from_env("SAN_JOB_DISPATCHER")}
     if os.environ.get("SAN_REDIS_URL"):
         dispatcher["redis_url"] = EnvVar("SAN_REDIS_URL")
+    if os.environ.get("SAN_REDIS_STREAM"):
+        dispatcher["redis_stream"] = EnvVar("SAN_REDIS_STREAM")
     return {
         "san_database": SanDatabase(url=_from_env("SAN_DATABASE_URL")),
         "job_dispatcher": JobDispatcherResource(**dispatcher),

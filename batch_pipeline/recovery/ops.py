@@ -13,7 +13,7 @@ from batch_pipeline.recovery.plan import RecoveryReport
 from batch_pipeline.recovery.scrap_recovery import ScrapRecoveryRule, detect_scraps, recover_scraps
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
 from batch_pipeline.san.database import read_transaction, utc_now
-from batch_pipeline.san.ops import DATABASE_RETRY, as_metadata, san_database_check_op
+from batch_pipeline.san.ops import DATABASE_RETRY, as_metadata, san_database_check_op, warn_about_unannounced_jobs
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 
 GhostJobsType = ghost_jobs.GHOST_JOBS.dagster_type()
@@ -27,6 +27,7 @@ def record_audit(context: OpExecutionContext, report: RecoveryReport) -> None:
         f"{report.exhausted}, deferred {report.deferred}, skipped by race {report.skipped_by_race}"
         + (" (dry run: nothing written)" if report.dry_run else "")
     )
+    warn_about_unannounced_jobs(context, report.area, report.announce_failures)
 
 
 check_san_database = san_database_check_op(RecoveryConfig, "check_san_database")

@@ -107,7 +107,7 @@ class RedisStreamDispatcher(Dispatcher):
         return 0
 
 
-def build_dispatcher(kind: str | None, dialect_name: str, redis_url: str) -> Dispatcher:
+def build_dispatcher(kind: str | None, dialect_name: str, redis_url: str, redis_stream: str = REDIS_STREAM) -> Dispatcher:
     """The dispatcher SAN_JOB_DISPATCHER names; unset: pg_notify on PostgreSQL, none on SQLite."""
     chosen = (kind or "").strip().lower() or ("pg_notify" if dialect_name == "postgresql" else "none")
     if chosen not in DISPATCHER_KINDS:
@@ -121,5 +121,5 @@ def build_dispatcher(kind: str | None, dialect_name: str, redis_url: str) -> Dis
             )
         return PgNotifyDispatcher()
     if chosen == "redis_stream":
-        return RedisStreamDispatcher(redis_url)
+        return RedisStreamDispatcher(redis_url, stream=redis_stream)
     return Dispatcher()

@@ -23,6 +23,15 @@ def as_metadata(values: dict) -> dict:
     return {key: MetadataValue.json(v) if isinstance(v, (list, dict)) else v for key, v in values.items()}
 
 
+def warn_about_unannounced_jobs(context: OpExecutionContext, area: str, announce_failures: int) -> None:
+    """In the run's own log (the UI), not only the process log: jobs committed but not announced."""
+    if announce_failures:
+        context.log.warning(
+            f"{area}: could not announce {announce_failures} new job(s) (the dispatcher failed; see "
+            "announce_failures). They are committed as PENDING; the next ghost-job recovery re-enqueues them."
+        )
+
+
 def san_database_check_op(config_class: type[Config], name: str):
     """The database check op for a job whose run config is `config_class`.
 

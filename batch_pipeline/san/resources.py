@@ -18,7 +18,7 @@ from batch_pipeline.san.database import (
 )
 from batch_pipeline.sandbox.app_schema import NotASandbox
 from batch_pipeline.san.demo import seed_demo_state
-from batch_pipeline.san.dispatch import Dispatcher, DispatcherConfigError, build_dispatcher
+from batch_pipeline.san.dispatch import REDIS_STREAM, Dispatcher, DispatcherConfigError, build_dispatcher
 from batch_pipeline.san.schema import SanSchemaError, verify_schema
 
 
@@ -84,9 +84,12 @@ class JobDispatcherResource(ConfigurableResource):
     redis_url: str = Field(
         default="redis://127.0.0.1:6379/0", description="Redis for redis_stream (SAN_REDIS_URL)."
     )
+    redis_stream: str = Field(
+        default=REDIS_STREAM, description="The stream SAN's workers read (SAN_REDIS_STREAM)."
+    )
 
     def for_database(self, engine: Engine) -> Dispatcher:
         try:
-            return build_dispatcher(self.kind, engine.dialect.name, self.redis_url)
+            return build_dispatcher(self.kind, engine.dialect.name, self.redis_url, self.redis_stream)
         except DispatcherConfigError as error:
             raise Failure(description=str(error), allow_retries=False) from error

@@ -20,6 +20,7 @@ class WorkerSettings:
     redis_url: str = "redis://127.0.0.1:6379/0"
     timezone: str | None = None
     backlog: bool = False  # also take the PENDING jobs that exist when the worker starts
+    backlog_newest_first: bool = False
 
 
 def build_worker(settings: WorkerSettings, name: str):
@@ -46,7 +47,7 @@ def _worker_main(settings: WorkerSettings, name: str, commands) -> None:
         try:
             worker.stats = WorkerStats()
             if take_backlog:
-                worker.take_backlog()
+                worker.take_backlog(newest_first=settings.backlog_newest_first)
                 take_backlog = False
             commands.send(("ok", worker.drain(idle_s=argument, reset=False).as_dict()))
         except Exception as error:  # report, so the pool fails loudly instead of hanging

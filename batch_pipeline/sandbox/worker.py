@@ -119,11 +119,12 @@ class ReferenceWorker:
                 self.handle(job_id)
         return self.stats
 
-    def take_backlog(self) -> int:
+    def take_backlog(self, newest_first: bool = False) -> int:
         """Handle the PENDING jobs that exist now, oldest first: a worker catching up after an
         outage polls for them, no announcement needed (so no event can be lost)."""
+        order = jobs.c.id.desc() if newest_first else jobs.c.id
         with self.engine.connect() as conn:
-            backlog = conn.execute(select(jobs.c.id).where(jobs.c.status == PENDING).order_by(jobs.c.id)).scalars().all()
+            backlog = conn.execute(select(jobs.c.id).where(jobs.c.status == PENDING).order_by(order)).scalars().all()
         for job_id in backlog:
             self.handle(job_id, announced=False)
         return len(backlog)

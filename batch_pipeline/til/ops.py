@@ -6,7 +6,7 @@ from dagster import AssetMaterialization, DagsterRun, Failure, In, OpExecutionCo
 from dagster._core.storage.tags import ROOT_RUN_ID_TAG
 
 from batch_pipeline.san.database import read_transaction, utc_now
-from batch_pipeline.san.ops import DATABASE_RETRY, as_metadata, san_database_check_op
+from batch_pipeline.san.ops import DATABASE_RETRY, as_metadata, san_database_check_op, warn_about_unannounced_jobs
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.til import auto_generation
 from batch_pipeline.til.config import TilConfig
@@ -85,3 +85,4 @@ def create_daily_tils(
         f"{report.users_waiting_for_cards} users still waiting for cards"
         + (" (dry run: nothing written)" if report.dry_run else "")
     )
+    warn_about_unannounced_jobs(context, auto_generation.AREA, report.announce_failures)
