@@ -3,7 +3,7 @@
   create-schema    create the SAN tables in an empty database (embedded default, demos, tests)
   create-indexes   apply the recommended indexes (idempotent; CONCURRENTLY on PostgreSQL)
   show-indexes     print the index DDL without running it
-  seed-demo        create the schema and the small demo SAN state
+  seed-demo        make an empty database a sandbox with the small demo SAN state
   doctor           is the SAN database ready? tables, columns, indexes, clock skew, dispatcher
 """
 
@@ -19,6 +19,7 @@ from batch_pipeline.san.database import (
     embedded_database_url,
     redacted,
 )
+from batch_pipeline.sandbox.app_schema import NotASandbox
 from batch_pipeline.san.demo import seed_demo_state
 from batch_pipeline.san.schema import create_recommended_indexes, create_schema, recommended_index_statements
 
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "seed-demo":
             made = seed_demo_state(engine)
             print(f"demo state {'seeded: ' + str(made) if made else 'already present'} at {redacted(engine.url)}")
-    except SanConnectionError as error:
+    except (SanConnectionError, NotASandbox) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

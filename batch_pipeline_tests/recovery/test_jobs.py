@@ -6,10 +6,12 @@ import time
 import psycopg
 import pytest
 from dagster import AssetKey, DagsterInstance
+from dagster._core.errors import DagsterInvalidConfigError
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from batch_pipeline.definitions import defs
+from batch_pipeline.recovery.config import RecoveryConfig
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
@@ -111,7 +113,8 @@ def failure_message(result) -> str:
 @pytest.mark.parametrize(
     "field,value",
     [("stale_pending_after_minutes", 0), ("stale_processing_after_minutes", -5), ("orphan_min_age_minutes", 0),
-     ("max_attempts", -1), ("max_enqueue_per_run", 0), ("batch_size", 0)],
+     ("scrap_lookback_hours", -1), ("max_attempts", -1), ("max_enqueue_per_run", 0), ("batch_size", 0),
+     ("batch_size", 50_001), ("lock_timeout_ms", 0), ("statement_timeout_ms", -1)],
 )
 def test_an_invalid_threshold_fails_first_naming_the_field(san_db, field, value):
     broken_state(san_db)
@@ -121,6 +124,21 @@ def test_an_invalid_threshold_fails_first_naming_the_field(san_db, field, value)
     assert field in failure_message(result)
     assert san_db.jobs() == before
     assert [e.step_key for e in result.all_events if e.event_type_value == "STEP_START"] == ["check_san_database"]
+
+
+@pytest.mark.parametrize("field", sorted(RecoveryConfig.model_fields))
+def test_a_config_value_of_the_wrong_type_is_refused_before_the_run_starts(san_db, field):
+    broken_state(san_db)
+    before = san_db.jobs()
+    wrong = "maybe" if RecoveryConfig.model_fields[field].annotation is bool else "thirty"
+    with pytest.raises(DagsterInvalidConfigError, match=field):
+        run_recovery(san_db, config={field: wrong})
+    assert san_db.jobs() == before
+
+
+def test_an_unknown_config_field_is_refused_by_name(san_db):
+    with pytest.raises(DagsterInvalidConfigError, match="stale_pending_minutes"):
+        run_recovery(san_db, config={"stale_pending_minutes": 30})
 
 
 def test_an_unreachable_database_fails_first_with_a_clear_error(tmp_path):

@@ -5,6 +5,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from dagster import AssetKey, DagsterInstance, build_schedule_context
+from dagster._core.errors import DagsterInvalidConfigError
 
 from batch_pipeline.definitions import build_definitions, defs
 from batch_pipeline.san.dispatch import Dispatcher
@@ -151,3 +152,23 @@ def test_a_partition_key_that_is_not_a_date_is_refused(san_db):
     with pytest.raises(Exception, match="not-a-day"):
         run_til(san_db, "not-a-day")
     assert san_db.summaries() == []
+
+
+@pytest.mark.parametrize("field,value", [("batch_size", 0), ("batch_size", 50_001), ("lock_timeout_ms", 0),
+                                         ("statement_timeout_ms", -1)])
+def test_a_config_value_out_of_range_fails_the_first_op_naming_the_field(san_db, field, value):
+    san_db.scrap(san_db.user(), created_at=at("2026-11-28"), card=True)
+    result, _ = run_til(san_db, "2026-11-28", config={field: value})
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert failure.step_key == "check_san_database" and field in str(failure.step_failure_data.error)
+    assert san_db.summaries() == [] and san_db.jobs() == []
+
+
+@pytest.mark.parametrize("field,value", [("batch_size", "many"), ("lock_timeout_ms", "soon"),
+                                         ("statement_timeout_ms", 1.5), ("dry_run", "maybe")])
+def test_a_config_value_of_the_wrong_type_is_refused_before_the_run_starts(san_db, field, value):
+    san_db.scrap(san_db.user(), created_at=at("2026-11-28"), card=True)
+    with pytest.raises(DagsterInvalidConfigError, match=field):
+        run_til(san_db, "2026-11-28", config={field: value})
+    assert san_db.summaries() == [] and san_db.jobs() == []
