@@ -110,8 +110,13 @@ def require_sandbox(engine: Engine) -> None:
             )
 
 
-def init_sandbox(engine: Engine) -> bool:
+def init_sandbox(engine: Engine, recommended_indexes: bool = True) -> bool:
     """Create the SAN tables (as the app does) and mark the database as a sandbox.
+
+    With `recommended_indexes` (the default) it also applies batch_pipeline's recommended
+    indexes, as a production SAN database should have them: a sandbox grows from empty faster
+    than autovacuum analyses it, and without them a stale row estimate can make the planner
+    pick a nested loop over the whole jobs table for the scrap recoveries' anti-join.
 
     Refuses a database that already holds SAN rows and is not a sandbox. Returns True if the
     database was newly marked, False if it already was a sandbox.
@@ -135,4 +140,8 @@ def init_sandbox(engine: Engine) -> bool:
             raw.driver_connection.execute("PRAGMA journal_mode=WAL")
         finally:
             raw.close()
+    if recommended_indexes:
+        from batch_pipeline.san.schema import create_recommended_indexes
+
+        create_recommended_indexes(engine)
     return True
