@@ -13,6 +13,7 @@ from batch_pipeline.recovery.plan import RecoveryReport
 from batch_pipeline.recovery.scrap_recovery import ScrapRecoveryRule, detect_scraps, recover_scraps
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
 from batch_pipeline.san.database import read_transaction, utc_now
+from batch_pipeline.san.memory import paused_gc
 from batch_pipeline.san.ops import DATABASE_RETRY, as_metadata, san_database_check_op, warn_about_unannounced_jobs
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 
@@ -36,7 +37,7 @@ check_san_database = san_database_check_op(RecoveryConfig, "check_san_database")
 @op(out=Out(GhostJobsType), retry_policy=DATABASE_RETRY, description=ghost_jobs.__doc__)
 def detect_ghost_jobs(settings: RecoveryConfig, san_database: SanDatabase):
     rule = ghost_jobs.GhostRule(utc_now(), settings.stale_pending_after, settings.stale_processing_after)
-    with read_transaction(san_database.get_engine(), settings.write_limits) as conn:
+    with paused_gc(), read_transaction(san_database.get_engine(), settings.write_limits) as conn:
         return ghost_jobs.detect_ghost_jobs(conn, rule)
 
 
@@ -51,13 +52,14 @@ def recover_ghost_jobs(
     job_dispatcher: JobDispatcherResource,
 ):
     engine = san_database.get_engine()
-    report = ghost_jobs.recover_ghost_jobs(
-        engine,
-        job_dispatcher.for_database(engine),
-        ghosts,
-        ghost_jobs.GhostRule(utc_now(), settings.stale_pending_after, settings.stale_processing_after),
-        settings.policy,
-    )
+    with paused_gc():
+        report = ghost_jobs.recover_ghost_jobs(
+            engine,
+            job_dispatcher.for_database(engine),
+            ghosts,
+            ghost_jobs.GhostRule(utc_now(), settings.stale_pending_after, settings.stale_processing_after),
+            settings.policy,
+        )
     record_audit(context, report)
 
 
@@ -73,7 +75,7 @@ def scrap_recovery_ops(rule: ScrapRecoveryRule, name: str, description: str):
         description=description,
     )
     def detect(settings: RecoveryConfig, san_database: SanDatabase):
-        with read_transaction(san_database.get_engine(), settings.write_limits) as conn:
+        with paused_gc(), read_transaction(san_database.get_engine(), settings.write_limits) as conn:
             return detect_scraps(
                 conn, rule, now=utc_now(), min_age=settings.orphan_min_age, lookback=settings.scrap_lookback
             )
@@ -90,18 +92,19 @@ def scrap_recovery_ops(rule: ScrapRecoveryRule, name: str, description: str):
         job_dispatcher: JobDispatcherResource,
     ):
         engine = san_database.get_engine()
-        report = recover_scraps(
-            engine,
-            job_dispatcher.for_database(engine),
-            rule,
-            candidates,
-            now=utc_now(),
-            thresholds={
-                "orphan_min_age_minutes": settings.orphan_min_age_minutes,
-                "scrap_lookback_hours": settings.scrap_lookback_hours,
-            },
-            policy=settings.policy,
-        )
+        with paused_gc():
+            report = recover_scraps(
+                engine,
+                job_dispatcher.for_database(engine),
+                rule,
+                candidates,
+                now=utc_now(),
+                thresholds={
+                    "orphan_min_age_minutes": settings.orphan_min_age_minutes,
+                    "scrap_lookback_hours": settings.scrap_lookback_hours,
+                },
+                policy=settings.policy,
+            )
         record_audit(context, report)
 
     return detect, recover

@@ -17,10 +17,9 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from batch_pipeline.recovery.plan import RecoveryPolicy, RecoveryReport, plan_recovery
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
-from batch_pipeline.san.enqueue import EnqueueOutcome, EnqueueRequest, enqueue_jobs, run_in_batches
+from batch_pipeline.san.enqueue import Eligibility, EnqueueOutcome, EnqueueRequest, enqueue_jobs, run_in_batches
 from batch_pipeline.san.frames import INT, UTC_DATETIME, FrameSchema
 from batch_pipeline.san.schema import ACTIVE_STATUSES, jobs, scraps
-from batch_pipeline.san.sql import id_in
 
 DEFAULT_ORPHAN_MIN_AGE = timedelta(minutes=10)
 
@@ -87,16 +86,12 @@ def detect_scraps(
     return rule.frame.from_rows(conn.execute(detect_query(rule, created_before=now - min_age, created_since=since)))
 
 
-def still_needing_work(conn: Connection, rule: ScrapRecoveryRule, scrap_ids: Sequence[int]) -> list[int]:
-    """Re-check at write time: a worker may have done the work since detection."""
-    return list(conn.execute(select(scraps.c.id).where(id_in(conn, scraps.c.id, scrap_ids), rule.needs_work)).scalars())
-
-
 def enqueue_batch(
     conn: Connection, rule: ScrapRecoveryRule, scrap_ids: Sequence[int], *, now: datetime, max_attempts: int
 ) -> tuple[EnqueueOutcome, list[NewJob]]:
-    needing = still_needing_work(conn, rule, scrap_ids)
-    outcome = enqueue_jobs(conn, rule.job_type, [EnqueueRequest(s) for s in needing], now=now, max_attempts=max_attempts)
+    # Re-checked at write time: a worker may have done the work since detection.
+    outcome = enqueue_jobs(conn, rule.job_type, [EnqueueRequest(s) for s in scrap_ids], now=now,
+                           max_attempts=max_attempts, eligibility=Eligibility(scraps, rule.needs_work))
     return outcome, outcome.created
 
 

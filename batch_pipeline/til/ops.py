@@ -6,6 +6,7 @@ from dagster import AssetMaterialization, DagsterRun, Failure, In, OpExecutionCo
 from dagster._core.storage.tags import ROOT_RUN_ID_TAG
 
 from batch_pipeline.san.database import read_transaction, utc_now
+from batch_pipeline.san.memory import paused_gc
 from batch_pipeline.san.ops import DATABASE_RETRY, as_metadata, san_database_check_op, warn_about_unannounced_jobs
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.til import auto_generation
@@ -49,7 +50,7 @@ def run_started_at(context: OpExecutionContext) -> datetime:
 def detect_til_users(context: OpExecutionContext, settings: TilConfig, san_database: SanDatabase):
     partition_day(context)
     start, end = day_window(context)
-    with read_transaction(san_database.get_engine(), settings.write_limits) as conn:
+    with paused_gc(), read_transaction(san_database.get_engine(), settings.write_limits) as conn:
         return auto_generation.detect_users_of_day(conn, start, end)
 
 
@@ -64,18 +65,19 @@ def create_daily_tils(
 ) -> None:
     engine = san_database.get_engine()
     day = partition_day(context)
-    report = auto_generation.create_daily_tils(
-        engine,
-        job_dispatcher.for_database(engine),
-        users,
-        day=day,
-        bounds=day_window(context),
-        run_started_at=run_started_at(context),
-        now=utc_now(),
-        batch_size=settings.batch_size,
-        dry_run=settings.dry_run,
-        limits=settings.write_limits,
-    )
+    with paused_gc():
+        report = auto_generation.create_daily_tils(
+            engine,
+            job_dispatcher.for_database(engine),
+            users,
+            day=day,
+            bounds=day_window(context),
+            run_started_at=run_started_at(context),
+            now=utc_now(),
+            batch_size=settings.batch_size,
+            dry_run=settings.dry_run,
+            limits=settings.write_limits,
+        )
     context.log_event(
         AssetMaterialization(asset_key=auto_generation.AREA, partition=context.partition_key, metadata=as_metadata(report.metadata()))
     )
