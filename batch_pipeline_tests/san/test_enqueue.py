@@ -1,33 +1,83 @@
-"""The shared enqueue path: one active job per (job_type, target_id), the poison cap."""
+"""The shared enqueue path: one active job per (job_type, target_id), the poison cap, the
+write-time re-check. On PostgreSQL with ix_san_jobs_target it is one statement per batch, and
+without it a count query and an insert: every test runs on SQLite and on both PostgreSQL paths."""
+
+import pytest
 
 from batch_pipeline.san.database import write_transaction
-from batch_pipeline.san.enqueue import EnqueueRequest, enqueue_jobs
-from batch_pipeline.san.schema import CARD_ANALYSIS, FAILED, PENDING, SCRAP_REFINE
+from batch_pipeline.san.enqueue import Eligibility, EnqueueRequest, _has_target_index, enqueue_jobs
+from batch_pipeline.san.schema import (
+    CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, SCRAP_REFINE, create_recommended_indexes, scraps,
+)
+from batch_pipeline_tests.conftest import PgSchema, SanDb, make_sqlite_db
 
 
-def enqueue(db, job_type, targets, max_attempts=10):
+@pytest.fixture(params=["sqlite", "postgres", "postgres_with_target_index"])
+def db(request, tmp_path):
+    if request.param == "sqlite":
+        database = make_sqlite_db(tmp_path)
+        yield database
+        database.engine.dispose()
+        return
+    schema = PgSchema(app_ddl=True)
+    try:
+        if request.param == "postgres_with_target_index":
+            create_recommended_indexes(schema.engine)
+        with schema.engine.connect() as conn:
+            assert _has_target_index(conn) is (request.param == "postgres_with_target_index")
+        yield SanDb(schema.url, schema.engine, "postgres")
+    finally:
+        schema.drop()
+
+
+def enqueue(db, job_type, targets, max_attempts=10, eligibility=None, retry_of=None):
     with write_transaction(db.engine) as conn:
-        return enqueue_jobs(conn, job_type, [EnqueueRequest(t) for t in targets], now=db.now, max_attempts=max_attempts)
+        return enqueue_jobs(
+            conn, job_type, [EnqueueRequest(t, (retry_of or {}).get(t)) for t in targets], now=db.now,
+            max_attempts=max_attempts, eligibility=eligibility,
+        )
 
 
-def test_enqueue_creates_one_job_per_distinct_target(san_db):
-    outcome = enqueue(san_db, CARD_ANALYSIS, [1, 2, 2, 3])
+def test_enqueue_creates_one_job_per_distinct_target(db):
+    outcome = enqueue(db, CARD_ANALYSIS, [1, 2, 2, 3])
     assert sorted(job.target_id for job in outcome.created) == [1, 2, 3]
-    rows = san_db.jobs()
+    rows = db.jobs()
     assert [(r.job_type, r.status, r.retry_of_job_id) for r in rows] == [(CARD_ANALYSIS, PENDING, None)] * 3
     assert {job.job_id for job in outcome.created} == {r.id for r in rows}
+    assert [job.job_id for job in outcome.created] == sorted(job.job_id for job in outcome.created)
 
 
-def test_enqueue_never_makes_a_second_active_job(san_db):
-    san_db.job(CARD_ANALYSIS, 1, PENDING)
-    outcome = enqueue(san_db, CARD_ANALYSIS, [1])
-    assert outcome.created == [] and outcome.already_active == [1]
+def test_enqueue_never_makes_a_second_active_job(db):
+    db.job(CARD_ANALYSIS, 1, PENDING)
+    db.job(CARD_ANALYSIS, 2, PROCESSING)
+    db.job(CARD_ANALYSIS, 3, COMPLETED)
+    outcome = enqueue(db, CARD_ANALYSIS, [1, 2, 3])
+    assert sorted(outcome.already_active) == [1, 2] and [j.target_id for j in outcome.created] == [3]
     # another job type for the same target is independent
-    assert len(enqueue(san_db, SCRAP_REFINE, [1]).created) == 1
+    assert len(enqueue(db, SCRAP_REFINE, [1]).created) == 1
 
 
-def test_enqueue_respects_the_poison_cap(san_db):
+def test_enqueue_respects_the_poison_cap(db):
     for _ in range(2):
-        san_db.job(CARD_ANALYSIS, 1, FAILED)
-    assert enqueue(san_db, CARD_ANALYSIS, [1], max_attempts=2).exhausted == [1]
-    assert len(enqueue(san_db, CARD_ANALYSIS, [1], max_attempts=3).created) == 1
+        db.job(CARD_ANALYSIS, 1, FAILED)
+    assert enqueue(db, CARD_ANALYSIS, [1], max_attempts=2).exhausted == [1]
+    assert enqueue(db, CARD_ANALYSIS, [1], max_attempts=0).created  # 0 = unlimited
+    db.job(CARD_ANALYSIS, 2, FAILED)
+    assert len(enqueue(db, CARD_ANALYSIS, [2], max_attempts=3).created) == 1
+
+
+def test_a_replacement_carries_its_retry_of_id(db):
+    failed = db.job(CARD_ANALYSIS, 7, FAILED)
+    [job] = enqueue(db, CARD_ANALYSIS, [7], retry_of={7: failed}).created
+    assert job.retry_of_job_id == failed and db.get_job(job.job_id).retry_of_job_id == failed
+
+
+def test_targets_that_no_longer_need_the_job_are_dropped(db):
+    user = db.user()
+    unrefined = db.scrap(user, refined=False)
+    refined = db.scrap(user, refined=True)  # a worker refined it since detection
+    outcome = enqueue(db, SCRAP_REFINE, [unrefined, refined, 999_999],
+                      eligibility=Eligibility(scraps, scraps.c.refined_content.is_(None)))
+    assert [j.target_id for j in outcome.created] == [unrefined]
+    assert outcome.exhausted == [] and outcome.already_active == []
+    assert [j.target_id for j in db.jobs()] == [unrefined]
