@@ -8,6 +8,8 @@ skipped database counted as passing would be a lie.
 
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -133,12 +135,15 @@ class PgSchema:
         self.admin.dispose()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def san_db(request, tmp_path):
-    if request.param == "sqlite":
+@contextmanager
+def san_database(kind: str, tmp_path: Path) -> Iterator[SanDb]:
+    """A SanDb for one test: SQLite in tmp_path, or a PostgreSQL schema from the app's DDL."""
+    if kind == "sqlite":
         db = make_sqlite_db(tmp_path)
-        yield db
-        db.engine.dispose()
+        try:
+            yield db
+        finally:
+            db.engine.dispose()
         return
     schema = PgSchema(app_ddl=True)
     try:
@@ -147,13 +152,16 @@ def san_db(request, tmp_path):
         schema.drop()
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def san_db(request, tmp_path):
+    with san_database(request.param, tmp_path) as db:
+        yield db
+
+
 @pytest.fixture
-def pg_db():
-    schema = PgSchema(app_ddl=True)
-    try:
-        yield SanDb(schema.url, schema.engine, "postgres")
-    finally:
-        schema.drop()
+def pg_db(tmp_path):
+    with san_database("postgres", tmp_path) as db:
+        yield db
 
 
 class DiesOnBatch(Dispatcher):

@@ -9,25 +9,18 @@ from batch_pipeline.san.enqueue import Eligibility, EnqueueRequest, _has_target_
 from batch_pipeline.san.schema import (
     CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, SCRAP_REFINE, create_recommended_indexes, scraps,
 )
-from batch_pipeline_tests.conftest import PgSchema, SanDb, make_sqlite_db
+from batch_pipeline_tests.conftest import san_database
 
 
 @pytest.fixture(params=["sqlite", "postgres", "postgres_with_target_index"])
 def db(request, tmp_path):
-    if request.param == "sqlite":
-        database = make_sqlite_db(tmp_path)
-        yield database
-        database.engine.dispose()
-        return
-    schema = PgSchema(app_ddl=True)
-    try:
+    with san_database(request.param.split("_")[0], tmp_path) as database:
         if request.param == "postgres_with_target_index":
-            create_recommended_indexes(schema.engine)
-        with schema.engine.connect() as conn:
-            assert _has_target_index(conn) is (request.param == "postgres_with_target_index")
-        yield SanDb(schema.url, schema.engine, "postgres")
-    finally:
-        schema.drop()
+            create_recommended_indexes(database.engine)
+        if database.kind == "postgres":
+            with database.engine.connect() as conn:
+                assert _has_target_index(conn) is (request.param == "postgres_with_target_index")
+        yield database
 
 
 def enqueue(db, job_type, targets, max_attempts=10, eligibility=None, retry_of=None):
