@@ -19,3 +19,13 @@ def test_benchmark_runs_and_pipeline_matches_the_baseline():
     text = "\n".join(lines)
     assert "Index Only Scan jobs(ix_san_jobs_target)" in text  # plans are reported with the indexes
     assert "Seq Scan" in text  # and without them
+
+
+def test_only_indexed_skips_the_no_index_template_and_its_runs():
+    lines = []
+    prefix = f"bp_bench_{uuid.uuid4().hex[:8]}"
+    figures = run_benchmark(0.01, pg_admin_url(), repeats=1, out=lines.append, prefix=prefix, only_indexed=True)
+    assert figures.rows["pipeline ghost_job_recovery"] == figures.rows["baseline ghost_job_recovery"] > 0
+    assert {mode for mode, _ in figures.times} == {"idx"}
+    text = "\n".join(lines)
+    assert "without the recommended indexes" not in text and "with the recommended indexes" in text
