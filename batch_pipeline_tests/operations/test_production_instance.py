@@ -4,7 +4,6 @@
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -18,15 +17,10 @@ from sqlalchemy.engine import make_url
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.schema import CARD_ANALYSIS, FAILED, PENDING
 from batch_pipeline_tests.conftest import pg_admin_url
+from batch_pipeline_tests.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(os.sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(command, env, log):

@@ -4,11 +4,9 @@ and a recovery run launched through the webserver heals what the sandbox broke."
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,24 +16,9 @@ from sqlalchemy import func, select
 
 from batch_pipeline.san.database import create_san_engine, utc_now
 from batch_pipeline.san.schema import COMPLETED, PENDING, jobs, scraps
+from batch_pipeline_tests.processes import free_port, serving, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(condition, timeout_s, what):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def test_make_run_serves_the_ui_on_a_living_sandbox(tmp_path):
@@ -53,7 +36,7 @@ def test_make_run_serves_the_ui_on_a_living_sandbox(tmp_path):
     )
     engine = create_san_engine(f"sqlite:///{tmp_path / 'data' / 'san.sqlite'}")
     try:
-        wait_for(lambda: _serving(port), 120, "the UI")
+        wait_for(lambda: serving(f"http://127.0.0.1:{port}"), 120, "the UI")
 
         def count(*where):
             with engine.connect() as conn:
@@ -95,9 +78,3 @@ def test_make_run_serves_the_ui_on_a_living_sandbox(tmp_path):
     with create_san_engine(f"sqlite:///{tmp_path / 'data' / 'san.sqlite'}").connect() as conn:
         assert conn.execute(select(func.count()).select_from(scraps)).scalar_one() == first
 
-
-def _serving(port) -> bool:
-    try:
-        return urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2).status == 200
-    except OSError:
-        return False

@@ -7,10 +7,7 @@ Screenshots of every step are saved in test-artifacts/ui/.
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import time
-import urllib.request
 from datetime import datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -23,27 +20,12 @@ from sqlalchemy import insert
 
 from batch_pipeline.san.database import create_san_engine, utc_now
 from batch_pipeline.san.schema import CARD_ANALYSIS, PENDING, jobs
+from batch_pipeline_tests.processes import free_port, serving, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "ui"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(condition, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(2)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -71,14 +53,8 @@ def dagster_dev(tmp_path_factory):
     )
     base = f"http://127.0.0.1:{port}"
 
-    def up():
-        try:
-            return urllib.request.urlopen(f"{base}/server_info", timeout=2).status == 200
-        except OSError:
-            return False
-
     try:
-        wait_for(up, 120, "dagster dev to serve the UI")
+        wait_for(lambda: serving(base), 120, "dagster dev to serve the UI")
         yield base, home, tmp / "data" / "san.sqlite"
     finally:
         os.killpg(process.pid, signal.SIGTERM)
