@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
 
-from sqlalchemy import Table, and_, any_, bindparam, case, false, func, insert, literal, select, text
+from sqlalchemy import Table, and_, bindparam, case, false, func, insert, literal, select, text
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
@@ -149,14 +149,13 @@ def _insert_jobs(conn: Connection, job_type: str, to_create: Sequence[EnqueueReq
 def enqueue_statement(
     job_type: str, requests: Sequence[EnqueueRequest], now: datetime, max_attempts: int, eligibility: Eligibility | None
 ):
-    """PostgreSQL: the re-check, the attempt count, the active-job check and the insert of one
-    batch in a single statement: one round trip, and one index range of ix_san_jobs_target per
-    target for both counts (one hashed scan of jobs without the index). The outcome comes back as five arrays in one row (created job ids,
+    """PostgreSQL with ix_san_jobs_target: the re-check, the attempt count, the active-job check
+    and the insert of one batch in a single statement: one round trip, and one index range per
+    target for both counts. The outcome comes back as five arrays in one row (created job ids,
     their targets, their retry_of ids; targets with an active job; exhausted targets), which
     the driver decodes far faster than thousands of rows."""
-    target_ids = bindparam("target_ids", [int(r.target_id) for r in requests], type_=BigIntArray)
     batch = func.unnest(
-        target_ids,
+        bindparam("target_ids", [int(r.target_id) for r in requests], type_=BigIntArray),
         bindparam("retry_of_ids", [r.retry_of_job_id for r in requests], type_=BigIntArray),
     ).table_valued("target_id", "retry_of").render_derived(name="batch")
     requested = select(batch.c.target_id, batch.c.retry_of)
@@ -165,8 +164,6 @@ def enqueue_statement(
             eligibility.predicate
         )
     requested = requested.cte("requested")
-    # A join + GROUP BY, not a LATERAL or correlated count: with ix_san_jobs_target PostgreSQL
-    # probes the index per target; without it, it hashes one scan of jobs instead of one per target.
     counted = (
         select(
             requested.c.target_id,
@@ -175,13 +172,7 @@ def enqueue_statement(
             func.count(jobs.c.id).filter(jobs.c.status.in_(ACTIVE_STATUSES)).label("active_jobs"),
         )
         .select_from(
-            requested.outerjoin(jobs, and_(
-                jobs.c.target_id == requested.c.target_id,
-                jobs.c.job_type == job_type,
-                # redundant with the join, but lets a scan of jobs without the index drop
-                # every other target before the join (a hashed array filter)
-                jobs.c.target_id == any_(target_ids),
-            ))
+            requested.outerjoin(jobs, and_(jobs.c.target_id == requested.c.target_id, jobs.c.job_type == job_type))
         )
         .group_by(requested.c.target_id, requested.c.retry_of)
         .cte("counted")
@@ -201,15 +192,18 @@ def enqueue_statement(
         .cte("inserted")
     )
 
-    def collected(column, source, *where):
-        return select(func.array_agg(aggregate_order_by(column, source.c[0]) if source is inserted else column)).where(*where).scalar_subquery()
+    def created(column):  # one array per RETURNING column, all in job id order
+        return select(func.array_agg(aggregate_order_by(column, inserted.c.id))).scalar_subquery()
+
+    def targets_where(condition):
+        return select(func.array_agg(counted.c.target_id)).where(condition).scalar_subquery()
 
     return select(
-        collected(inserted.c.id, inserted),
-        collected(inserted.c.target_id, inserted),
-        collected(inserted.c.retry_of_job_id, inserted),
-        collected(counted.c.target_id, counted, active),
-        collected(counted.c.target_id, counted, exhausted),
+        created(inserted.c.id),
+        created(inserted.c.target_id),
+        created(inserted.c.retry_of_job_id),
+        targets_where(active),
+        targets_where(exhausted),
     )
 
 

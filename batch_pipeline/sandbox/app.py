@@ -7,7 +7,7 @@ orphan and unrefined scrap, for the scrap recoveries.
 """
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Engine
@@ -32,10 +32,7 @@ class LoadReport:
     app_deaths: int = 0  # scraps saved without jobs
     poison: int = 0
     jobs: int = 0
-    poison_scrap_ids: list[int] = None
-
-    def __post_init__(self):
-        self.poison_scrap_ids = self.poison_scrap_ids or []
+    poison_scrap_ids: list[int] = field(default_factory=list)
 
 
 def ensure_users(engine: Engine, count: int) -> list[int]:

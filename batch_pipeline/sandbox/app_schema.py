@@ -12,16 +12,15 @@ it must never touch a real SAN database. `init_sandbox` marks a database it may 
 """
 
 from sqlalchemy import (
-    JSON, BigInteger, Column, Date, DateTime, ForeignKey, Integer, MetaData, REAL, String, Table, Text,
+    JSON, Column, Date, DateTime, ForeignKey, Integer, MetaData, REAL, String, Table, Text,
     func, inspect, insert, select, text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.san.database import utc_now
+from batch_pipeline.san.schema import Id, Timestamp
 
-Id = BigInteger().with_variant(Integer(), "sqlite")
-Timestamp = DateTime(timezone=True)
 Embedding = ARRAY(REAL).with_variant(JSON(), "sqlite")
 NOW = text("CURRENT_TIMESTAMP")  # the app's DEFAULT now(), on both databases
 

@@ -21,6 +21,7 @@ from sqlalchemy import and_, exists, func, select, text
 from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.recovery import ghost_jobs, orphan_scraps, unrefined_scraps
+from batch_pipeline.recovery.scrap_recovery import has_active_job
 from batch_pipeline.sandbox.app import save_scraps
 from batch_pipeline.sandbox.app_schema import init_sandbox
 from batch_pipeline.sandbox.faults import Faults
@@ -106,17 +107,12 @@ class ConvergenceResult:
 
 
 # -- measurements (read back from the database) ----------------------------------------------
-def active_job_exists(job_type: str):
-    return exists().where(and_(jobs.c.target_id == scraps.c.id, jobs.c.job_type == job_type,
-                               jobs.c.status.in_(ACTIVE_STATUSES)))
-
-
 def unmet_needs(conn: Connection, poison: set[int]) -> tuple[int, int, int]:
     """(unmet needs, unmet needs with no active job, unhealthy scraps), poison scraps excluded."""
     has_card = exists().where(knowledge_cards.c.scrap_id == scraps.c.id)
     rows = conn.execute(
         select(scraps.c.id, scraps.c.refined_content.is_(None), ~has_card,
-               active_job_exists(SCRAP_REFINE), active_job_exists(CARD_ANALYSIS))
+               has_active_job(SCRAP_REFINE), has_active_job(CARD_ANALYSIS))
         .where((scraps.c.refined_content.is_(None)) | ~has_card)
     ).all()
     needs = without_job = unhealthy = 0

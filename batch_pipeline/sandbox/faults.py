@@ -26,10 +26,6 @@ class Faults(BaseModel):
     seed: int = Field(0, description="Same seed, same faults.")
 
     @classmethod
-    def none(cls) -> "Faults":
-        return cls()
-
-    @classmethod
     def convergence_rates(cls, seed: int = 0) -> "Faults":
         """The rates of the convergence test (issue 6)."""
         return cls(event_lost=0.20, app_dies_before_enqueue=0.05, worker_dies_mid_job=0.10,

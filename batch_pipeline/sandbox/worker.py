@@ -105,6 +105,7 @@ class ReferenceWorker:
         self.engine, self.events, self.faults = engine, events, faults
         self.timezone = timezone or san_timezone_name()
         self.stats = WorkerStats()
+        self.slow_delay_s = 0.0  # drain() finishes slow jobs at its next call; run_for() sets a delay
         self._slow: deque[tuple[float, int, str, int]] = deque()  # (due, job_id, job_type, target_id)
 
     # -- the loop -------------------------------------------------------------------------
@@ -162,7 +163,7 @@ class ReferenceWorker:
             return
         if self.faults.happens("slow_worker", job_id):
             self.stats.held_slow += 1
-            self._slow.append((time.monotonic() + getattr(self, "slow_delay_s", 0.0), job_id, job_type, target_id))
+            self._slow.append((time.monotonic() + self.slow_delay_s, job_id, job_type, target_id))
             return
         self.run_job(job_id, job_type, target_id)
 
