@@ -19,8 +19,9 @@ from sqlalchemy.engine import Engine, make_url
 
 from batch_pipeline.san.database import create_san_engine, utc_now
 from batch_pipeline.san.dispatch import Dispatcher
+from batch_pipeline.san.enqueue import has_target_index
 from batch_pipeline.san.schema import (
-    COMPLETED, PENDING, create_schema, daily_summaries, jobs, knowledge_cards, scraps, users,
+    COMPLETED, PENDING, create_recommended_indexes, create_schema, daily_summaries, jobs, knowledge_cards, scraps, users,
 )
 
 APP_DDL = Path(__file__).parent / "san_app_schema.sql"
@@ -150,6 +151,22 @@ def san_database(kind: str, tmp_path: Path) -> Iterator[SanDb]:
         yield SanDb(schema.url, schema.engine, "postgres")
     finally:
         schema.drop()
+
+
+# The write paths: SQLite; PostgreSQL as the app's DDL leaves it (count query + insert); and
+# PostgreSQL with ix_san_jobs_target (one statement per batch).
+WRITE_PATHS = ["sqlite", "postgres", "postgres_with_target_index"]
+
+
+@contextmanager
+def san_database_on_path(path: str, tmp_path: Path) -> Iterator[SanDb]:
+    with san_database(path.split("_")[0], tmp_path) as database:
+        if path == "postgres_with_target_index":
+            create_recommended_indexes(database.engine)
+        if database.kind == "postgres":
+            with database.engine.connect() as conn:
+                assert has_target_index(conn) is (path == "postgres_with_target_index")
+        yield database
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -70,7 +70,19 @@ class Server:
                 (template,),
             )
         self.conn.execute(f"CREATE DATABASE {name}" + (f" TEMPLATE {template}" if template else ""))
+        if template:
+            self.checkpoint()
         return time.perf_counter() - started
+
+    def checkpoint(self) -> None:
+        """Write out the copy's pages. PostgreSQL 15 copies a template through shared buffers,
+        leaving them full of dirty pages that the next statements (whichever side is timed
+        first) would otherwise have to write out themselves. Needs superuser or pg_checkpoint;
+        without it the figures are only noisier."""
+        try:
+            self.conn.execute("CHECKPOINT")
+        except psycopg.errors.InsufficientPrivilege:
+            pass
 
     def connect(self, name: str) -> psycopg.Connection:
         return psycopg.connect(**{**psycopg_conninfo(self.url), "dbname": name}, autocommit=True)

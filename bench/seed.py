@@ -8,7 +8,7 @@ about 20,000 active users yesterday.
 """
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 APP_DDL = Path(__file__).resolve().parents[1] / "batch_pipeline_tests" / "san_app_schema.sql"
@@ -31,12 +31,21 @@ class Scale:
         return max(20, int(20_000 * self.factor))
 
 
+# Scraps get ids in created_at order (2 minutes of jitter), as a real, append-only table does:
+# a table whose physical order is unrelated to created_at makes every created_at range scan and
+# every batch of oldest-first ids read the whole table, which no SAN database does.
+#
+# The healthy active jobs are stamped a day ahead of the seed's clock: a scale-10 benchmark runs
+# for an hour, and jobs stamped "now" would be genuinely stale (by the pipeline's real clock) by
+# the time a run reads them, while the baseline (given the seed's instant) would leave them.
+HEALTHY_AHEAD = timedelta(days=1)
+
 # Which scraps are broken is decided by id modulo, so every scale has the same proportions:
 #   id % 100 = 7   no knowledge card (1 %: orphans; their CARD_ANALYSIS FAILED)
 #   id % 50  = 0   refined_content NULL (2 %: unrefined; their SCRAP_REFINE FAILED)
 #   id % 100 = 11  a third job, CARD_ANALYSIS stuck PENDING 1-5 h (1 %: 20,000 ghosts)
 #   id % 400 = 13  a third job, SCRAP_REFINE stuck PROCESSING 2-6 h (0.25 %: 5,000 ghosts)
-#   id % 40  = 17  a third job, healthy active: PENDING < 20 min or PROCESSING < 30 min (2.5 %)
+#   id % 40  = 17  a third job, healthy active: PENDING or PROCESSING, stamped HEALTHY_AHEAD (2.5 %)
 #   id % 20  = 3   an extra FAILED SCRAP_REFINE in its history (5 %)
 SEED_STATEMENTS = [
     "SELECT setseed(0.42)",
@@ -45,7 +54,8 @@ SEED_STATEMENTS = [
     INSERT INTO scraps (id, user_id, source_url, original_content, refined_content, content_hash, created_at, updated_at)
     SELECT g, 1 + floor(random() * :users)::bigint, 'https://example.org/' || g, 'original text of scrap ' || g,
            CASE WHEN g % 50 = 0 THEN NULL ELSE 'refined text of scrap ' || g END, md5(g::text), ts, ts
-    FROM (SELECT g, :now - random() * interval '90 days' - interval '15 minutes' AS ts
+    FROM (SELECT g, :now - interval '15 minutes' - (1 - g::float8 / :scraps) * interval '90 days'
+                    - random() * interval '2 minutes' AS ts
           FROM generate_series(1, :scraps) g) s
     """,
     """
@@ -87,7 +97,7 @@ SEED_STATEMENTS = [
     SELECT CASE WHEN id % 80 = 17 THEN 'CARD_ANALYSIS' ELSE 'SCRAP_REFINE' END, id,
            CASE WHEN id % 3 = 0 THEN 'PROCESSING' ELSE 'PENDING' END, ts, ts,
            CASE WHEN id % 3 = 0 THEN ts END
-    FROM (SELECT id, :now - random() * interval '20 minutes' AS ts FROM scraps WHERE id % 40 = 17) s
+    FROM (SELECT id, :healthy_at - random() * interval '20 minutes' AS ts FROM scraps WHERE id % 40 = 17) s
     """,
     """
     INSERT INTO daily_summaries (user_id, target_date, content, created_at)
@@ -112,7 +122,7 @@ RESET_SEQUENCES = [
 def seed(conn, scale: Scale, now: datetime) -> None:
     """Create the app's tables and fill them; `conn` is a psycopg connection in autocommit."""
     conn.execute(APP_DDL.read_text())
-    params = {"now": now, "users": scale.users, "scraps": scale.scraps, "summaries_per_day": scale.summaries_per_day}
+    params = {"now": now, "healthy_at": now + HEALTHY_AHEAD, "users": scale.users, "scraps": scale.scraps, "summaries_per_day": scale.summaries_per_day}
     for statement in SEED_STATEMENTS:
         conn.execute(_named_to_pyformat(statement), params)
     for statement in RESET_SEQUENCES:

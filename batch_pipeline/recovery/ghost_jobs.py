@@ -10,13 +10,21 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import pandas as pd
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy import Integer, String, and_, case, cast, func, literal, or_, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from batch_pipeline.recovery.plan import RecoveryPolicy, RecoveryReport, plan_recovery
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
-from batch_pipeline.san.enqueue import EnqueueRequest, enqueue_jobs, run_in_batches
+from batch_pipeline.san.enqueue import (
+    EnqueueRequest,
+    StatementOutcome,
+    enqueue_jobs,
+    enqueue_statement,
+    has_target_index,
+    run_in_batches,
+)
 from batch_pipeline.san.frames import INT, TEXT, UTC_DATETIME, FrameSchema
 from batch_pipeline.san.schema import ACTIVE_STATUSES, FAILED, PENDING, PROCESSING, Timestamp, jobs
 from batch_pipeline.san.sql import id_in
@@ -88,7 +96,7 @@ def detect_stale_jobs_query(rule: GhostRule):
     return (
         select(
             stale.c.id.label("job_id"), stale.c.job_type, stale.c.target_id, stale.c.status,
-            stale.c.stale_since, func.count(attempt.c.id).label("attempts"),
+            stale.c.stale_since, func.count().label("attempts"),
         )
         .join_from(stale, attempt, and_(attempt.c.target_id == stale.c.target_id, attempt.c.job_type == stale.c.job_type))
         .group_by(stale.c.id, stale.c.job_type, stale.c.target_id, stale.c.status, stale.c.stale_since)
@@ -126,7 +134,7 @@ def _failure_message(conn: Connection, rule: GhostRule) -> ColumnElement:
     )
 
 
-def close_stale_jobs(conn: Connection, job_ids: Sequence[int], rule: GhostRule) -> list:
+def close_stale_jobs_statement(conn: Connection, job_ids: Sequence[int], rule: GhostRule):
     """Mark the given jobs FAILED if, at this instant, they are still stale and not locked.
 
     A job a worker holds a lock on (it is changing it right now) is skipped, not waited for.
@@ -138,13 +146,12 @@ def close_stale_jobs(conn: Connection, job_ids: Sequence[int], rule: GhostRule) 
         .where(id_in(conn, candidate.c.id, job_ids), is_stale(rule, candidate))
         .with_for_update(skip_locked=True)
     )
-    statement = (
+    return (
         update(jobs)
         .where(jobs.c.id.in_(still_stale.scalar_subquery()), is_stale(rule))
         .values(status=FAILED, finished_at=rule.now, updated_at=rule.now, error_message=_failure_message(conn, rule))
         .returning(jobs.c.id, jobs.c.job_type, jobs.c.target_id)
     )
-    return conn.execute(statement).all()
 
 
 @dataclass
@@ -158,7 +165,9 @@ def close_and_replace(
     conn: Connection, batch: pd.DataFrame, rule: GhostRule, max_attempts: int
 ) -> tuple[ClosedBatch, list[NewJob]]:
     """One batch, in one transaction: close the ghosts, then enqueue their replacements."""
-    closed = close_stale_jobs(conn, batch["job_id"].tolist(), rule)
+    if conn.dialect.name == "postgresql" and has_target_index(conn):
+        return _close_and_replace_in_one_statement(conn, batch, rule, max_attempts)
+    closed = conn.execute(close_stale_jobs_statement(conn, batch["job_id"].tolist(), rule)).all()
     result = ClosedBatch(closed_ids=[row.id for row in closed], replacements={}, exhausted_ids=[])
     for job_type in sorted({row.job_type for row in closed}):
         of_type = [row for row in closed if row.job_type == job_type]
@@ -168,6 +177,42 @@ def close_and_replace(
         exhausted_targets = set(outcome.exhausted)
         result.exhausted_ids += [row.id for row in of_type if row.target_id in exhausted_targets]
     return result, list(result.replacements.values())
+
+
+def _close_and_replace_in_one_statement(
+    conn: Connection, batch: pd.DataFrame, rule: GhostRule, max_attempts: int
+) -> tuple[ClosedBatch, list[NewJob]]:
+    """PostgreSQL with ix_san_jobs_target: the close and the shared enqueue statement as one
+    statement, the closed rows feeding the replacements without a round trip."""
+    closed = close_stale_jobs_statement(conn, batch["job_id"].tolist(), rule).cte("closed")
+    # One replacement per (job_type, target_id), retrying the oldest ghost closed for it. The
+    # closed jobs were active in the statement's snapshot (the close only takes jobs that
+    # are stale in it, and again in their latest version), hence `closing`.
+    requested = (
+        select(
+            closed.c.job_type, closed.c.target_id, func.min(closed.c.id).label("retry_of"),
+            func.count().label("closing"),
+        )
+        .group_by(closed.c.job_type, closed.c.target_id)
+        .cte("requested")
+    )
+    statement = enqueue_statement(requested, rule.now, max_attempts)
+
+    def closed_array(column):
+        return select(func.array_agg(aggregate_order_by(column, closed.c.id))).scalar_subquery()
+
+    row = conn.execute(statement.add_columns(
+        closed_array(closed.c.id), closed_array(closed.c.job_type), closed_array(closed.c.target_id)
+    )).one()
+    outcome = StatementOutcome.from_row(row)
+    closed_rows = list(zip(*(values or [] for values in row[8:])))
+    exhausted = set(outcome.exhausted)
+    result = ClosedBatch(
+        closed_ids=[job_id for job_id, _type, _target in closed_rows],
+        replacements={job.retry_of_job_id: job for job in outcome.created},
+        exhausted_ids=[job_id for job_id, job_type, target_id in closed_rows if (job_type, target_id) in exhausted],
+    )
+    return result, outcome.created
 
 
 def recover_ghost_jobs(

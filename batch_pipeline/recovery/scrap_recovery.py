@@ -60,7 +60,7 @@ def detect_query(rule: ScrapRecoveryRule, created_before: datetime, created_sinc
     )
     attempt = jobs.alias("attempt")
     return (
-        select(candidates, func.count(attempt.c.id).label("attempts"))
+        select(candidates, func.count(attempt.c.target_id).label("attempts"))
         .select_from(
             candidates.outerjoin(
                 attempt, and_(attempt.c.target_id == candidates.c.scrap_id, attempt.c.job_type == rule.job_type)

@@ -8,12 +8,12 @@ job stays PENDING and the next ghost-job recovery re-announces it.
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from sqlalchemy import bindparam, text
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
-from sqlalchemy.types import BigInteger
+
+from batch_pipeline.san.sql import BigIntArray
 
 log = logging.getLogger(__name__)
 
@@ -22,9 +22,9 @@ REDIS_STREAM = "san:jobs"
 DISPATCHER_KINDS = ("pg_notify", "redis_stream", "none")
 
 
-@dataclass(frozen=True)
-class NewJob:
-    """A job batch_pipeline created, as announced to the workers."""
+class NewJob(NamedTuple):
+    """A job batch_pipeline created, as announced to the workers. (A NamedTuple: a run builds
+    tens of thousands, and a tuple is ~3 x cheaper to build than a frozen dataclass.)"""
 
     job_id: int
     job_type: str
@@ -60,7 +60,7 @@ class PgNotifyDispatcher(Dispatcher):
         f"SELECT pg_notify('{PG_NOTIFY_CHANNEL}', json_build_object("
         "'job_id', id, 'job_type', job_type, 'target_id', target_id)::text) "
         "FROM jobs WHERE id = ANY(:job_ids) ORDER BY id"
-    ).bindparams(bindparam("job_ids", type_=ARRAY(BigInteger)))
+    ).bindparams(bindparam("job_ids", type_=BigIntArray))
 
     def announce_in_transaction(self, conn: Connection, new_jobs: Sequence[NewJob]) -> None:
         if new_jobs:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
 
-from sqlalchemy import Table, and_, bindparam, case, false, func, insert, literal, select, text
+from sqlalchemy import Table, and_, bindparam, case, false, func, insert, literal, select, text, true
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
@@ -89,8 +89,8 @@ def enqueue_jobs(
         return EnqueueOutcome()
     if targets_created_in_this_transaction:
         return EnqueueOutcome(created=_insert_jobs(conn, job_type, list(unique.values()), now))
-    if conn.dialect.name == "postgresql" and _has_target_index(conn):
-        return _enqueue_in_one_statement(conn, job_type, list(unique.values()), now, max_attempts, eligibility)
+    if conn.dialect.name == "postgresql" and has_target_index(conn):
+        return _enqueue_in_one_statement(conn, job_type, [unique[t] for t in sorted(unique)], now, max_attempts, eligibility)
 
     outcome = EnqueueOutcome()
     if eligibility is not None:
@@ -116,7 +116,7 @@ def enqueue_jobs(
     return outcome
 
 
-def _has_target_index(conn: Connection) -> bool:
+def has_target_index(conn: Connection) -> bool:
     """Whether ix_san_jobs_target exists (cached per database connection).
 
     The one-statement path probes it per target. Without it, that statement would scan the
@@ -127,6 +127,24 @@ def _has_target_index(conn: Connection) -> bool:
             text("SELECT to_regclass('ix_san_jobs_target') IS NOT NULL")
         ).scalar_one()
     return conn.info["batch_pipeline.has_target_index"]
+
+
+def jobs_for_new_targets(job_type: str, new_targets, now: datetime):
+    """PostgreSQL: a CTE inserting one PENDING job per row of `new_targets` (an INSERT …
+    RETURNING id CTE of the same statement). Targets this very statement creates have no jobs
+    yet: nothing to re-check, and the target and its job commit or roll back together."""
+    return (
+        insert(jobs)
+        .from_select(
+            ["job_type", "target_id", "status", "created_at", "updated_at"],
+            select(
+                literal(job_type, jobs.c.job_type.type), new_targets.c.id, literal(PENDING, jobs.c.status.type),
+                literal(now, jobs.c.created_at.type), literal(now, jobs.c.updated_at.type),
+            ).order_by(new_targets.c.id),
+        )
+        .returning(jobs.c.id, jobs.c.target_id)
+        .cte("new_jobs")
+    )
 
 
 def _insert_jobs(conn: Connection, job_type: str, to_create: Sequence[EnqueueRequest], now: datetime) -> list[NewJob]:
@@ -146,35 +164,58 @@ def _insert_jobs(conn: Connection, job_type: str, to_create: Sequence[EnqueueReq
     ]
 
 
-def enqueue_statement(
-    job_type: str, requests: Sequence[EnqueueRequest], now: datetime, max_attempts: int, eligibility: Eligibility | None
-):
-    """PostgreSQL with ix_san_jobs_target: the re-check, the attempt count, the active-job check
-    and the insert of one batch in a single statement: one round trip, and one index range per
-    target for both counts. The outcome comes back as five arrays in one row (created job ids,
-    their targets, their retry_of ids; targets with an active job; exhausted targets), which
-    the driver decodes far faster than thousands of rows."""
+def requested_from_batch(job_type: str, requests: Sequence[EnqueueRequest], eligibility: Eligibility | None):
+    """A batch of requests as the `requested` CTE of `enqueue_statement`: two array parameters,
+    and, with `eligibility`, the write-time re-check of each target."""
     batch = func.unnest(
-        bindparam("target_ids", [int(r.target_id) for r in requests], type_=BigIntArray),
+        bindparam("target_ids", [r.target_id for r in requests], type_=BigIntArray),
         bindparam("retry_of_ids", [r.retry_of_job_id for r in requests], type_=BigIntArray),
     ).table_valued("target_id", "retry_of").render_derived(name="batch")
-    requested = select(batch.c.target_id, batch.c.retry_of)
+    requested = select(literal(job_type, jobs.c.job_type.type).label("job_type"), batch.c.target_id, batch.c.retry_of)
     if eligibility is not None:
-        requested = requested.join_from(batch, eligibility.table, eligibility.table.c.id == batch.c.target_id).where(
-            eligibility.predicate
+        # A LATERAL ... LIMIT 1 probe per target, by primary key: a plain join lets the planner
+        # hash every row matching the predicate (all 40,000 unrefined scraps, through their
+        # partial index) for each 5,000-id batch, which grows with the table, not the batch.
+        still_eligible = (
+            select(literal(1).label("eligible"))
+            .select_from(eligibility.table)
+            .where(eligibility.table.c.id == batch.c.target_id, eligibility.predicate)
+            .limit(1)
+            .lateral("still_eligible")
         )
-    requested = requested.cte("requested")
+        requested = requested.join_from(batch, still_eligible, true())
+    return requested.cte("requested")
+
+
+def enqueue_statement(requested, now: datetime, max_attempts: int):
+    """PostgreSQL with ix_san_jobs_target: the attempt count, the active-job check and the
+    insert for one batch in a single statement: one round trip, one index-only range per target
+    for both counts.
+
+    `requested` is a CTE of (job_type, target_id, retry_of), one row per (job_type, target_id),
+    and optionally `closing`: how many of the target's jobs an earlier CTE of the same
+    statement closes (ghost recovery). Every CTE reads the snapshot from before the statement,
+    in which those jobs are still active, so they are subtracted from its active jobs.
+
+    The outcome comes back as arrays in one row, which the driver decodes far faster than
+    thousands of rows: the created jobs' ids, job types, targets and retry_of ids (in id
+    order), then (job_type, target_id) pairs already active, then pairs at the poison cap.
+    """
+    closing = requested.c.closing if "closing" in requested.c else literal(0)
     counted = (
         select(
+            requested.c.job_type,
             requested.c.target_id,
             requested.c.retry_of,
-            func.count(jobs.c.id).label("attempts"),
-            func.count(jobs.c.id).filter(jobs.c.status.in_(ACTIVE_STATUSES)).label("active_jobs"),
+            func.count(jobs.c.target_id).label("attempts"),  # target_id, not id: an index-only probe
+            (func.count(jobs.c.target_id).filter(jobs.c.status.in_(ACTIVE_STATUSES)) - closing).label("active_jobs"),
         )
         .select_from(
-            requested.outerjoin(jobs, and_(jobs.c.target_id == requested.c.target_id, jobs.c.job_type == job_type))
+            requested.outerjoin(
+                jobs, and_(jobs.c.target_id == requested.c.target_id, jobs.c.job_type == requested.c.job_type)
+            )
         )
-        .group_by(requested.c.target_id, requested.c.retry_of)
+        .group_by(requested.c.job_type, requested.c.target_id, requested.c.retry_of, closing)
         .cte("counted")
     )
     active = counted.c.active_jobs > 0
@@ -184,43 +225,58 @@ def enqueue_statement(
         .from_select(
             ["job_type", "target_id", "status", "created_at", "updated_at", "retry_of_job_id"],
             select(
-                literal(job_type, jobs.c.job_type.type), counted.c.target_id, literal(PENDING, jobs.c.status.type),
+                counted.c.job_type, counted.c.target_id, literal(PENDING, jobs.c.status.type),
                 literal(now, jobs.c.created_at.type), literal(now, jobs.c.updated_at.type), counted.c.retry_of,
-            ).where(~active, ~exhausted).order_by(counted.c.target_id),
+            ).where(~active, ~exhausted).order_by(counted.c.job_type, counted.c.target_id),
         )
-        .returning(jobs.c.id, jobs.c.target_id, jobs.c.retry_of_job_id)
+        .returning(jobs.c.id, jobs.c.job_type, jobs.c.target_id, jobs.c.retry_of_job_id)
         .cte("inserted")
     )
 
-    def created(column):  # one array per RETURNING column, all in job id order
+    def created(column):
         return select(func.array_agg(aggregate_order_by(column, inserted.c.id))).scalar_subquery()
 
-    def targets_where(condition):
-        return select(func.array_agg(counted.c.target_id)).where(condition).scalar_subquery()
+    def counted_where(column, condition):
+        return select(func.array_agg(column)).where(condition).scalar_subquery()
 
     return select(
-        created(inserted.c.id),
-        created(inserted.c.target_id),
+        created(inserted.c.id), created(inserted.c.job_type), created(inserted.c.target_id),
         created(inserted.c.retry_of_job_id),
-        targets_where(active),
-        targets_where(exhausted),
+        counted_where(counted.c.job_type, active), counted_where(counted.c.target_id, active),
+        counted_where(counted.c.job_type, exhausted), counted_where(counted.c.target_id, exhausted),
     )
+
+
+@dataclass
+class StatementOutcome:
+    """`enqueue_statement`'s arrays, decoded."""
+
+    created: list[NewJob]
+    already_active: list[tuple[str, int]]  # (job_type, target_id)
+    exhausted: list[tuple[str, int]]
+
+    @classmethod
+    def from_row(cls, row: Sequence) -> "StatementOutcome":
+        ids, types, targets, retry_ofs, active_types, active_targets, exhausted_types, exhausted_targets = (
+            values or [] for values in row[:8]
+        )
+        return cls(
+            created=[NewJob(*job) for job in zip(ids, types, targets, retry_ofs)],
+            already_active=list(zip(active_types, active_targets)),
+            exhausted=list(zip(exhausted_types, exhausted_targets)),
+        )
 
 
 def _enqueue_in_one_statement(
     conn: Connection, job_type: str, requests: Sequence[EnqueueRequest], now: datetime, max_attempts: int,
     eligibility: Eligibility | None,
 ) -> EnqueueOutcome:
-    job_ids, target_ids, retry_of_ids, active, exhausted = conn.execute(
-        enqueue_statement(job_type, requests, now, max_attempts, eligibility)
-    ).one()
+    statement = enqueue_statement(requested_from_batch(job_type, requests, eligibility), now, max_attempts)
+    outcome = StatementOutcome.from_row(conn.execute(statement).one())
     return EnqueueOutcome(
-        created=[
-            NewJob(job_id=job_id, job_type=job_type, target_id=target_id, retry_of_job_id=retry_of)
-            for job_id, target_id, retry_of in zip(job_ids or [], target_ids or [], retry_of_ids or [])
-        ],
-        exhausted=list(exhausted or []),
-        already_active=list(active or []),
+        created=outcome.created,
+        exhausted=[target for _type, target in outcome.exhausted],
+        already_active=[target for _type, target in outcome.already_active],
     )
 
 

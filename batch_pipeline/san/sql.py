@@ -8,12 +8,33 @@ PostgreSQL one array parameter (`= ANY(:ids)`, `unnest(:ids)`) carries the whole
 
 from collections.abc import Mapping, Sequence
 
-from sqlalchemy import BigInteger, Table, any_, bindparam, func, insert, literal, select
+from sqlalchemy import BigInteger, Table, TypeDecorator, any_, bindparam, func, insert, literal, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
-BigIntArray = ARRAY(BigInteger)
+
+class _BigIntArrayLiteral(TypeDecorator):
+    """A PostgreSQL bigint[] parameter sent as one array literal, '{1,2,NULL}'.
+
+    psycopg's list adapter dumps and regex-checks every element in Python (~1 µs each, 5 ms
+    per 5,000-id batch, several arrays per batch); str.join over ints is ~5 x faster. The SQL
+    keeps its ::BIGINT[] cast, so PostgreSQL parses the literal as the array it was.
+    """
+
+    impl = ARRAY(BigInteger)
+    cache_ok = True
+
+    def bind_processor(self, dialect):
+        def process(values):
+            if values is None:
+                return None
+            return "{" + ",".join("NULL" if v is None else str(int(v)) for v in values) + "}"
+
+        return process
+
+
+BigIntArray = _BigIntArrayLiteral()
 
 
 def id_in(conn: Connection, column: ColumnElement, ids: Sequence[int]) -> ColumnElement:
@@ -42,14 +63,22 @@ def insert_rows(
         return []
     returned = [table.c[name] for name in returning]
     if conn.dialect.name == "postgresql":
-        arrays = func.unnest(
-            *(bindparam(None, [None if v is None else int(v) for v in id_columns[name]], type_=BigIntArray) for name in names)
-        ).table_valued(*names).render_derived(name="batch")
-        source = select(
-            *(literal(value, table.c[name].type).label(name) for name, value in constants.items()),
-            *(arrays.c[name] for name in names),
-        )
-        statement = insert(table).from_select([*constants, *names], source).returning(*returned)
-        return conn.execute(statement).tuples().all()
+        return conn.execute(insert_rows_statement(table, constants, id_columns, returning)).tuples().all()
     rows = [{**constants, **dict(zip(names, values))} for values in zip(*(id_columns[name] for name in names))]
     return conn.execute(insert(table).returning(*returned, sort_by_parameter_order=True), rows).tuples().all()
+
+
+def insert_rows_statement(
+    table: Table, constants: Mapping[str, object], id_columns: Mapping[str, Sequence[int | None]], returning: Sequence[str]
+):
+    """PostgreSQL: insert_rows as one INSERT … SELECT … FROM unnest(:a, :b) … RETURNING, to run
+    or to use as a CTE of a larger statement."""
+    names = list(id_columns)
+    arrays = func.unnest(
+        *(bindparam(None, list(id_columns[name]), type_=BigIntArray) for name in names)
+    ).table_valued(*names).render_derived(name="batch")
+    source = select(
+        *(literal(value, table.c[name].type).label(name) for name, value in constants.items()),
+        *(arrays.c[name] for name in names),
+    )
+    return insert(table).from_select([*constants, *names], source).returning(*(table.c[name] for name in returning))

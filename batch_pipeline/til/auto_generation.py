@@ -18,14 +18,15 @@ from zoneinfo import ZoneInfo
 
 import pandas as pd
 from sqlalchemy import and_, func, select
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.san.database import WriteLimits
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
-from batch_pipeline.san.enqueue import EnqueueRequest, enqueue_jobs, run_in_batches
+from batch_pipeline.san.enqueue import EnqueueRequest, enqueue_jobs, jobs_for_new_targets, run_in_batches
 from batch_pipeline.san.frames import INT, FrameSchema
 from batch_pipeline.san.schema import TIL_GENERATION, daily_summaries, knowledge_cards, scraps
-from batch_pipeline.san.sql import insert_rows
+from batch_pipeline.san.sql import insert_rows, insert_rows_statement
 
 AREA = "til_auto_generation"
 
@@ -53,7 +54,7 @@ def users_of_day_query(start: datetime, end: datetime):
         select(
             scraps.c.user_id,
             func.count(scraps.c.id).label("scrap_count"),
-            func.count(knowledge_cards.c.id).label("card_count"),
+            func.count(knowledge_cards.c.scrap_id).label("card_count"),
         )
         .select_from(scraps.outerjoin(knowledge_cards, knowledge_cards.c.scrap_id == scraps.c.id))
         .where(scraps.c.created_at >= start, scraps.c.created_at < end)
@@ -80,17 +81,33 @@ def create_batch(
 ) -> tuple[tuple[list, list[NewJob]], list[NewJob]]:
     """One transaction: the summaries and their TIL_GENERATION jobs, so a summary never exists
     without its job."""
-    summaries = insert_rows(
-        conn, daily_summaries,
-        constants={"target_date": day, "created_at": run_started_at},
-        id_columns={"user_id": list(user_ids)},
-        returning=["id", "user_id"],
-    )
+    summary_values = {"constants": {"target_date": day, "created_at": run_started_at},
+                      "id_columns": {"user_id": list(user_ids)}, "returning": ["id", "user_id"]}
+    if conn.dialect.name == "postgresql" and user_ids:
+        return _create_batch_in_one_statement(conn, summary_values, now)
+    summaries = insert_rows(conn, daily_summaries, **summary_values)
     outcome = enqueue_jobs(
         conn, TIL_GENERATION, [EnqueueRequest(summary_id) for summary_id, _user in summaries], now=now, max_attempts=0,
         targets_created_in_this_transaction=True,
     )
     return (summaries, outcome.created), outcome.created  # summaries: (id, user_id) tuples
+
+
+def _create_batch_in_one_statement(conn: Connection, summary_values: dict, now: datetime):
+    """PostgreSQL: both inserts in one statement, the new ids back as four arrays in one row."""
+    summaries = insert_rows_statement(daily_summaries, **summary_values).cte("summaries")
+    new_jobs = jobs_for_new_targets(TIL_GENERATION, summaries, now)
+
+    def ids(column, order_by):
+        return select(func.array_agg(aggregate_order_by(column, order_by))).scalar_subquery()
+
+    summary_ids, summary_users, job_ids, job_targets = conn.execute(select(
+        ids(summaries.c.id, summaries.c.id), ids(summaries.c.user_id, summaries.c.id),
+        ids(new_jobs.c.id, new_jobs.c.id), ids(new_jobs.c.target_id, new_jobs.c.id),
+    )).one()
+    created = [NewJob(job_id=job_id, job_type=TIL_GENERATION, target_id=target_id)
+               for job_id, target_id in zip(job_ids or [], job_targets or [])]
+    return (list(zip(summary_ids or [], summary_users or [])), created), created
 
 
 @dataclass
@@ -136,15 +153,22 @@ def create_daily_tils(
     batch_size: int,
     dry_run: bool = False,
     limits: WriteLimits = WriteLimits(),
+    earlier_attempt_possible: bool = True,
 ) -> TilReport:
-    """A summary and a TIL_GENERATION job for every active user of D not yet done by this run."""
+    """A summary and a TIL_GENERATION job for every active user of D not yet done by this run.
+
+    `earlier_attempt_possible=False` (the op's first attempt in a run that is not a
+    re-execution) skips looking for this run's summaries: none can exist, and the lookup is a
+    scan of all of daily_summaries, which only grows (no index of the app's serves it)."""
     active = users[users["card_count"] > 0]["user_id"].tolist()
     report = TilReport(
         day=day, day_start_utc=bounds[0], day_end_utc=bounds[1], dry_run=dry_run,
         active_users=len(active), users_waiting_for_cards=int((users["card_count"] == 0).sum()),
     )
-    with engine.connect() as conn:
-        done = users_done_in_run(conn, day, run_started_at)
+    done: set[int] = set()
+    if earlier_attempt_possible:
+        with engine.connect() as conn:
+            done = users_done_in_run(conn, day, run_started_at)
     todo = [u for u in active if u not in done]
     report.already_done_in_run = len(active) - len(todo)
     if dry_run:

@@ -77,6 +77,7 @@ def create_daily_tils(
             batch_size=settings.batch_size,
             dry_run=settings.dry_run,
             limits=settings.write_limits,
+            earlier_attempt_possible=context.retry_number > 0 or ROOT_RUN_ID_TAG in context.run.tags,
         )
     context.log_event(
         AssetMaterialization(asset_key=auto_generation.AREA, partition=context.partition_key, metadata=as_metadata(report.metadata()))

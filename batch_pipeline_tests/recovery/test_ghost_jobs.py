@@ -9,10 +9,24 @@ from sqlalchemy import text, update
 from batch_pipeline.recovery.ghost_jobs import GhostRule, detect_ghost_jobs, recover_ghost_jobs
 from batch_pipeline.recovery.plan import RecoveryPolicy
 from batch_pipeline.san.dispatch import Dispatcher
-from batch_pipeline_tests.conftest import DiesOnBatch
+from batch_pipeline_tests.conftest import WRITE_PATHS, DiesOnBatch, san_database_on_path
 from batch_pipeline.san.schema import (
     CARD_ANALYSIS, COMPLETED, FAILED, JOB_TYPES, PENDING, PROCESSING, SCRAP_REFINE, TIL_GENERATION, jobs,
 )
+
+
+@pytest.fixture(params=WRITE_PATHS)
+def san_db(request, tmp_path):
+    """Every ghost test on the three write paths: on PostgreSQL with ix_san_jobs_target the
+    close and the replacement are one statement."""
+    with san_database_on_path(request.param, tmp_path) as database:
+        yield database
+
+
+@pytest.fixture(params=[path for path in WRITE_PATHS if path.startswith("postgres")])
+def pg_db(request, tmp_path):
+    with san_database_on_path(request.param, tmp_path) as database:
+        yield database
 
 
 def detect(db, **rule):
@@ -151,10 +165,11 @@ def test_a_job_a_worker_completes_after_detection_is_not_failed(san_db):
     assert len(san_db.jobs()) == 4
 
 
-def test_duplicate_ghosts_of_one_target_get_one_replacement(san_db):
+@pytest.mark.parametrize("batch_size", [1, 1000], ids=["different_batches", "one_batch"])
+def test_duplicate_ghosts_of_one_target_get_one_replacement(san_db, batch_size):
     first = san_db.job(CARD_ANALYSIS, 9, PENDING, created_at=san_db.ago(hours=2))
     second = san_db.job(CARD_ANALYSIS, 9, PENDING, created_at=san_db.ago(hours=1))
-    report = recover(san_db, detect(san_db), batch_size=1)  # in different batches
+    report = recover(san_db, detect(san_db), batch_size=batch_size)
     assert {san_db.get_job(first).status, san_db.get_job(second).status} == {FAILED}
     active = [j for j in san_db.jobs(target_id=9) if j.status == PENDING]
     assert len(active) == 1 and active[0].retry_of_job_id in (first, second)

@@ -5,21 +5,16 @@ without it a count query and an insert: every test runs on SQLite and on both Po
 import pytest
 
 from batch_pipeline.san.database import write_transaction
-from batch_pipeline.san.enqueue import Eligibility, EnqueueRequest, _has_target_index, enqueue_jobs
+from batch_pipeline.san.enqueue import Eligibility, EnqueueRequest, enqueue_jobs
 from batch_pipeline.san.schema import (
-    CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, SCRAP_REFINE, create_recommended_indexes, scraps,
+    CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, SCRAP_REFINE, scraps,
 )
-from batch_pipeline_tests.conftest import san_database
+from batch_pipeline_tests.conftest import WRITE_PATHS, san_database_on_path
 
 
-@pytest.fixture(params=["sqlite", "postgres", "postgres_with_target_index"])
+@pytest.fixture(params=WRITE_PATHS)
 def db(request, tmp_path):
-    with san_database(request.param.split("_")[0], tmp_path) as database:
-        if request.param == "postgres_with_target_index":
-            create_recommended_indexes(database.engine)
-        if database.kind == "postgres":
-            with database.engine.connect() as conn:
-                assert _has_target_index(conn) is (request.param == "postgres_with_target_index")
+    with san_database_on_path(request.param, tmp_path) as database:
         yield database
 
 

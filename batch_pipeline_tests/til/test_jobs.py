@@ -4,8 +4,9 @@ from datetime import date, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
-from dagster import AssetKey, DagsterInstance, build_schedule_context
+from dagster import AssetKey, DagsterInstance, Failure, build_schedule_context
 from dagster._core.errors import DagsterInvalidConfigError
+from dagster._core.storage.tags import PARENT_RUN_ID_TAG, ROOT_RUN_ID_TAG
 
 from batch_pipeline.definitions import build_definitions, defs
 from batch_pipeline.san.dispatch import Dispatcher
@@ -134,6 +135,45 @@ def test_a_retried_op_does_not_duplicate_anyone(san_db, request):
     assert result.success
     retries = [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
     assert len(retries) == 1
+    assert sorted(s.user_id for s in san_db.summaries()) == users
+    assert len(san_db.jobs()) == 5
+    meta = til_metadata(instance, "2026-11-28")
+    assert (meta["already_done_in_run"], meta["summaries_created"]) == (2, 3)
+
+
+class DiesOnSecondBatchForGood(Dispatcher):
+    def __init__(self):
+        self.calls = 0
+
+    def announce_in_transaction(self, conn, new_jobs):
+        self.calls += 1
+        if self.calls == 2:
+            raise Failure("the dispatcher is gone", allow_retries=False)
+
+
+class DeadDispatcherResource(JobDispatcherResource):
+    def for_database(self, engine):
+        return DiesOnSecondBatchForGood()
+
+
+def test_a_run_re_executed_after_a_failure_does_not_duplicate_anyone(san_db):
+    users = [san_db.user() for _ in range(5)]
+    for user in users:
+        san_db.scrap(user, created_at=at("2026-11-28"), card=True)
+    instance = DagsterInstance.ephemeral()
+    failed, _ = run_til(san_db, "2026-11-28", instance=instance, dispatcher=DeadDispatcherResource(), config={"batch_size": 2})
+    assert not failed.success
+    assert len(san_db.summaries()) == 2  # the first batch committed
+
+    # What Dagster's "re-execute from failure" gives the new run: the root run's id as a tag.
+    result = defs.resolve_job_def("til_auto_generation_job").execute_in_process(
+        partition_key="2026-11-28",
+        run_config={"ops": {"check_san_database": {"config": {"batch_size": 2}}}},
+        resources={"san_database": SanDatabase(url=san_db.url), "job_dispatcher": JobDispatcherResource(kind="none")},
+        instance=instance,
+        tags={ROOT_RUN_ID_TAG: failed.run_id, PARENT_RUN_ID_TAG: failed.run_id},
+    )
+    assert result.success
     assert sorted(s.user_id for s in san_db.summaries()) == users
     assert len(san_db.jobs()) == 5
     meta = til_metadata(instance, "2026-11-28")
