@@ -4,10 +4,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from batch_pipeline.san.audit import capped_ids
 from batch_pipeline.san.database import WriteLimits
 
-# The audit trail lists at most this many ids per kind and run; counts are always complete.
-AUDIT_ID_LIMIT = 5_000
 
 
 @dataclass(frozen=True)
@@ -75,10 +74,6 @@ class RecoveryReport:
             "skipped_by_race": self.skipped_by_race,
             "announce_failures": self.announce_failures,
             "dry_run": self.dry_run,
-            "recovered": self.recovered[:AUDIT_ID_LIMIT],
-            "exhausted_ids": self.exhausted_ids[:AUDIT_ID_LIMIT],
-            "deferred_ids": self.deferred_ids[:AUDIT_ID_LIMIT],
-            "ids_truncated": max(len(self.recovered), len(self.exhausted_ids), len(self.deferred_ids))
-            > AUDIT_ID_LIMIT,
+            **capped_ids(recovered=self.recovered, exhausted_ids=self.exhausted_ids, deferred_ids=self.deferred_ids),
             "thresholds": self.thresholds,
         }

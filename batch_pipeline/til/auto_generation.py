@@ -21,6 +21,7 @@ from sqlalchemy import and_, func, select
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.engine import Connection, Engine
 
+from batch_pipeline.san.audit import capped_ids
 from batch_pipeline.san.database import WriteLimits
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.enqueue import EnqueueRequest, enqueue_jobs, jobs_for_new_targets, run_in_batches
@@ -116,6 +117,7 @@ class TilReport:
     day_start_utc: datetime
     day_end_utc: datetime
     dry_run: bool
+    run_started_at: datetime
     active_users: int = 0
     users_waiting_for_cards: int = 0
     already_done_in_run: int = 0
@@ -134,8 +136,9 @@ class TilReport:
             "already_done_in_run": self.already_done_in_run,
             "announce_failures": self.announce_failures,
             "dry_run": self.dry_run,
-            "summary_ids": self.summary_ids,
-            "job_ids": self.job_ids,
+            **capped_ids(summary_ids=self.summary_ids, job_ids=self.job_ids),
+            # Every summary of this run, whatever the cap: target_date = day AND created_at = this.
+            "summaries_created_at": self.run_started_at.isoformat(),
             "day_start_utc": self.day_start_utc.isoformat(),
             "day_end_utc": self.day_end_utc.isoformat(),
         }
@@ -162,7 +165,7 @@ def create_daily_tils(
     scan of all of daily_summaries, which only grows (no index of the app's serves it)."""
     active = users[users["card_count"] > 0]["user_id"].tolist()
     report = TilReport(
-        day=day, day_start_utc=bounds[0], day_end_utc=bounds[1], dry_run=dry_run,
+        day=day, day_start_utc=bounds[0], day_end_utc=bounds[1], dry_run=dry_run, run_started_at=run_started_at,
         active_users=len(active), users_waiting_for_cards=int((users["card_count"] == 0).sum()),
     )
     done: set[int] = set()

@@ -101,3 +101,23 @@ def test_dry_run_writes_nothing(san_db):
     report = create(san_db, users_of(san_db), dry_run=True)
     assert report.active_users == 1 and report.summaries_created == 0
     assert san_db.summaries() == [] and san_db.jobs() == []
+
+
+def test_the_audit_lists_ids_up_to_the_limit_and_says_how_to_find_them_all(san_db, monkeypatch):
+    monkeypatch.setattr("batch_pipeline.san.audit.AUDIT_ID_LIMIT", 2)
+    users = [san_db.user() for _ in range(3)]
+    for user in users:
+        san_db.scrap(user, created_at=at(D, 12), card=True)
+    started = san_db.now - timedelta(seconds=1)
+    meta = create(san_db, users_of(san_db), run_started_at=started).metadata()
+
+    assert meta["summaries_created"] == 3 and meta["ids_truncated"] is True
+    summaries = san_db.summaries()
+    assert meta["summary_ids"] == [s.id for s in summaries][:2] and len(meta["job_ids"]) == 2
+    # the complete list: this run's summaries of D carry its start instant
+    instant = datetime.fromisoformat(meta["summaries_created_at"])
+
+    def utc(moment):  # SQLite gives naive UTC
+        return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+    assert [s.id for s in summaries if s.target_date == D and utc(s.created_at) == instant] == [s.id for s in summaries]
