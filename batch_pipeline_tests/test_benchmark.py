@@ -29,3 +29,7 @@ def test_only_indexed_skips_the_no_index_template_and_its_runs():
     assert {mode for mode, _ in figures.times} == {"idx"}
     text = "\n".join(lines)
     assert "without the recommended indexes" not in text and "with the recommended indexes" in text
+    # the write batches' plans too: per-target index probes, never a scan of a whole table
+    write_plans = {line.split("write batch")[0].strip(): line for line in lines if "write batch" in line}
+    assert set(write_plans) == {"ghost", "orphan", "unrefined"}
+    assert "scraps(scraps_pkey)" in write_plans["unrefined"] and "Seq Scan" not in "".join(write_plans.values())

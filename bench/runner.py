@@ -14,13 +14,14 @@ from dagster import AssetKey, DagsterInstance
 from sqlalchemy.engine import make_url
 
 from batch_pipeline.definitions import defs
-from batch_pipeline.recovery.ghost_jobs import GhostRule, detect_stale_jobs_query
+from batch_pipeline.recovery.ghost_jobs import GhostRule, close_and_replace_statement, detect_stale_jobs_query
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
 from batch_pipeline.recovery.scrap_recovery import detect_query
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
-from batch_pipeline.san.schema import create_recommended_indexes
+from batch_pipeline.san.enqueue import Eligibility, EnqueueRequest, enqueue_statement, requested_from_batch
+from batch_pipeline.san.schema import create_recommended_indexes, scraps
 from batch_pipeline.til.auto_generation import day_bounds, users_of_day_query
 from bench import baseline
 from bench.seed import APP_DDL, Scale, seed
@@ -180,6 +181,41 @@ def detection_queries(now: datetime, day: date):
         yield name, str(compiled), compiled.params
 
 
+# A sample batch per write statement, for its plan: the write ops' probes must stay per-target
+# index lookups (a join the planner turns into a hash over a whole table grows with the table).
+WRITE_BATCH_SAMPLES = {
+    "ghost write batch": "SELECT id FROM jobs WHERE status IN ('PENDING', 'PROCESSING') AND created_at < %(cutoff)s "
+                         "ORDER BY created_at LIMIT 5000",
+    "orphan write batch": "SELECT s.id FROM scraps s WHERE NOT EXISTS "
+                          "(SELECT 1 FROM knowledge_cards k WHERE k.scrap_id = s.id) LIMIT 5000",
+    "unrefined write batch": "SELECT id FROM scraps WHERE refined_content IS NULL LIMIT 5000",
+}
+
+
+def write_batch_queries(conn: psycopg.Connection, url: str, now: datetime):
+    """The write statements of one 5,000-row batch each, on PostgreSQL with ix_san_jobs_target
+    (compiled only: EXPLAIN without ANALYZE writes nothing)."""
+    engine = create_san_engine(url)
+    try:
+        with engine.connect() as sa_conn:
+            statements = {}
+            for name, sample in WRITE_BATCH_SAMPLES.items():
+                ids = [row[0] for row in conn.execute(sample, {"cutoff": now - timedelta(minutes=30)})]
+                if name.startswith("ghost"):
+                    statements[name] = close_and_replace_statement(sa_conn, ids, GhostRule(now=now), 10)
+                else:
+                    rule = ORPHAN_SCRAPS if name.startswith("orphan") else UNREFINED_SCRAPS
+                    requests = [EnqueueRequest(i) for i in sorted(ids)]
+                    statements[name] = enqueue_statement(
+                        requested_from_batch(rule.job_type, requests, Eligibility(scraps, rule.needs_work)), now, 10
+                    )
+            for name, statement in statements.items():
+                compiled = statement.compile(dialect=engine.dialect, compile_kwargs={"render_postcompile": True})
+                yield name, str(compiled), compiled.construct_params()
+    finally:
+        engine.dispose()
+
+
 def run_benchmark(scale_factor: float, server_url: str, repeats: int = 3, keep: bool = False,
                   out: Callable[[str], None] = print, prefix: str = DEFAULT_PREFIX,
                   only_indexed: bool = False) -> Figures:
@@ -235,6 +271,9 @@ def run_benchmark(scale_factor: float, server_url: str, repeats: int = 3, keep: 
         with server.connect(server.run_db) as conn:
             for name, sql, params in detection_queries(now, til_day):
                 out(f"  {name:34s} {plan_shape(conn, sql, params)}")
+            if mode == "idx":
+                for name, sql, params in write_batch_queries(conn, run_url, now):
+                    out(f"  {name:34s} {plan_shape(conn, sql, params)}")
         cost = app_write_cost(server, template)
         figures.write_cost[mode] = cost
         out(f"  app job updates: {cost['updates']:,} single-row worker updates, {cost['ms_per_update']:.3f} ms each, "

@@ -18,6 +18,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from batch_pipeline.recovery.plan import RecoveryPolicy, RecoveryReport, plan_recovery
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.enqueue import (
+    OUTCOME_COLUMNS,
     EnqueueRequest,
     StatementOutcome,
     enqueue_jobs,
@@ -179,12 +180,11 @@ def close_and_replace(
     return result, list(result.replacements.values())
 
 
-def _close_and_replace_in_one_statement(
-    conn: Connection, batch: pd.DataFrame, rule: GhostRule, max_attempts: int
-) -> tuple[ClosedBatch, list[NewJob]]:
+def close_and_replace_statement(conn: Connection, job_ids: Sequence[int], rule: GhostRule, max_attempts: int):
     """PostgreSQL with ix_san_jobs_target: the close and the shared enqueue statement as one
-    statement, the closed rows feeding the replacements without a round trip."""
-    closed = close_stale_jobs_statement(conn, batch["job_id"].tolist(), rule).cte("closed")
+    statement, the closed rows feeding the replacements without a round trip. Returns the
+    enqueue statement's arrays followed by the closed jobs' ids, job types and targets."""
+    closed = close_stale_jobs_statement(conn, job_ids, rule).cte("closed")
     # One replacement per (job_type, target_id), retrying the oldest ghost closed for it. The
     # closed jobs were active in the statement's snapshot (the close only takes jobs that
     # are stale in it, and again in their latest version), hence `closing`.
@@ -196,16 +196,21 @@ def _close_and_replace_in_one_statement(
         .group_by(closed.c.job_type, closed.c.target_id)
         .cte("requested")
     )
-    statement = enqueue_statement(requested, rule.now, max_attempts)
 
     def closed_array(column):
         return select(func.array_agg(aggregate_order_by(column, closed.c.id))).scalar_subquery()
 
-    row = conn.execute(statement.add_columns(
+    return enqueue_statement(requested, rule.now, max_attempts).add_columns(
         closed_array(closed.c.id), closed_array(closed.c.job_type), closed_array(closed.c.target_id)
-    )).one()
+    )
+
+
+def _close_and_replace_in_one_statement(
+    conn: Connection, batch: pd.DataFrame, rule: GhostRule, max_attempts: int
+) -> tuple[ClosedBatch, list[NewJob]]:
+    row = conn.execute(close_and_replace_statement(conn, batch["job_id"].tolist(), rule, max_attempts)).one()
     outcome = StatementOutcome.from_row(row)
-    closed_rows = list(zip(*(values or [] for values in row[8:])))
+    closed_rows = list(zip(*(values or [] for values in row[OUTCOME_COLUMNS:])))
     exhausted = set(outcome.exhausted)
     result = ClosedBatch(
         closed_ids=[job_id for job_id, _type, _target in closed_rows],

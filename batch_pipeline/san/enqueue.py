@@ -247,6 +247,9 @@ def enqueue_statement(requested, now: datetime, max_attempts: int):
     )
 
 
+OUTCOME_COLUMNS = 8  # the arrays enqueue_statement returns, before any a caller adds
+
+
 @dataclass
 class StatementOutcome:
     """`enqueue_statement`'s arrays, decoded."""
@@ -258,7 +261,7 @@ class StatementOutcome:
     @classmethod
     def from_row(cls, row: Sequence) -> "StatementOutcome":
         ids, types, targets, retry_ofs, active_types, active_targets, exhausted_types, exhausted_targets = (
-            values or [] for values in row[:8]
+            values or [] for values in row[:OUTCOME_COLUMNS]
         )
         return cls(
             created=[NewJob(*job) for job in zip(ids, types, targets, retry_ofs)],
