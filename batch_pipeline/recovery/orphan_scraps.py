@@ -5,7 +5,7 @@ Scraps that do have an active CARD_ANALYSIS job belong to ghost-job recovery. A 
 embedding is NULL does not occur in the current pipeline and is not handled.
 """
 
-from sqlalchemy import exists
+from sqlalchemy import exists, literal, select
 
 from batch_pipeline.recovery.scrap_recovery import ScrapRecoveryRule, scrap_frame
 from batch_pipeline.san.schema import CARD_ANALYSIS, knowledge_cards, scraps
@@ -13,10 +13,15 @@ from batch_pipeline.san.schema import CARD_ANALYSIS, knowledge_cards, scraps
 AREA = "orphan_scrap_recovery"
 
 has_no_card = ~exists().where(knowledge_cards.c.scrap_id == scraps.c.id)
+# The same, probed per scrap (a scalar subquery is never turned into a hash of all cards).
+has_no_card_probe = (
+    select(literal(1)).where(knowledge_cards.c.scrap_id == scraps.c.id).limit(1).scalar_subquery().is_(None)
+)
 
 ORPHAN_SCRAPS = ScrapRecoveryRule(
     area=AREA,
     job_type=CARD_ANALYSIS,
     needs_work=has_no_card,
+    needs_work_per_row=has_no_card_probe,
     frame=scrap_frame("OrphanScraps", "Scraps with no knowledge card and no active CARD_ANALYSIS job."),
 )

@@ -124,10 +124,17 @@ class WriteLimits:
 
 
 def _bound_waits(conn: Connection, limits: WriteLimits) -> None:
-    # A table locked by a migration or a busy batch is reported as a timeout, not waited on.
+    """Transaction-local settings, in one round trip: a table locked by a migration or a busy
+    batch is reported as a timeout, not waited on; and no JIT compilation. JIT triggers on the
+    planner's cost estimates, which are high for any statement over SAN's big tables even when
+    the plan is a few thousand index probes: at scale 10 it spent 0.2-0.7 s compiling each
+    detection query that then ran in less (docs/benchmarks.md)."""
     if conn.dialect.name == "postgresql":
-        conn.execute(text(f"SET LOCAL lock_timeout = {int(limits.lock_timeout_ms)}"))
-        conn.execute(text(f"SET LOCAL statement_timeout = {int(limits.statement_timeout_ms)}"))
+        conn.execute(
+            text("SELECT set_config('lock_timeout', :lock, true), set_config('statement_timeout', :statement, true), "
+                 "set_config('jit', 'off', true)"),
+            {"lock": str(int(limits.lock_timeout_ms)), "statement": str(int(limits.statement_timeout_ms))},
+        )
 
 
 @contextmanager

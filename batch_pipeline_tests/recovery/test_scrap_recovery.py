@@ -130,6 +130,7 @@ def test_a_look_back_window_limits_detection_to_recent_scraps(san_db, rule):
     user = san_db.user()
     old = needy_scrap(san_db, rule, user, created_at=san_db.ago(hours=49))
     recent = needy_scrap(san_db, rule, user, created_at=san_db.ago(hours=47))
+    san_db.scrap(user, card=True, refined=True, created_at=san_db.ago(hours=1))  # recent, nothing missing
     with san_db.engine.connect() as conn:
         windowed = detect_scraps(conn, rule, now=san_db.now, lookback=timedelta(hours=48))
         full = detect_scraps(conn, rule, now=san_db.now)

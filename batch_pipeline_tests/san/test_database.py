@@ -1,11 +1,14 @@
-"""Bad input names the problem: a wrong URL, an unreachable server, a missing table or column."""
+"""The SAN database connection: bad input names the problem (a wrong URL, an unreachable server,
+a missing table or column), and every transaction bounds its waits."""
 
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 
-from batch_pipeline.san.database import SanConnectionError, check_connection, create_san_engine
+from batch_pipeline.san.database import (
+    SanConnectionError, WriteLimits, check_connection, create_san_engine, read_transaction, write_transaction,
+)
 from batch_pipeline.san.schema import (
     SanSchemaError, create_recommended_indexes, missing_recommended_indexes, verify_schema,
 )
@@ -68,3 +71,15 @@ def test_batch_pipeline_schema_on_postgres_verifies():
 @pytest.mark.skipif(not SHARED_DDL.exists(), reason="no ../shared beside this checkout")
 def test_bundled_app_ddl_is_the_shared_one():
     assert APP_DDL.read_text() == SHARED_DDL.read_text()
+
+
+def test_every_transaction_bounds_its_waits_and_turns_jit_off_for_itself_only(pg_db):
+    limits = WriteLimits(lock_timeout_ms=1234, statement_timeout_ms=56789)
+    for transaction in (read_transaction, write_transaction):
+        with transaction(pg_db.engine, limits) as conn:
+            settings = [conn.execute(text(f"SHOW {name}")).scalar() for name in ("lock_timeout", "statement_timeout", "jit")]
+            assert settings == ["1234ms", "56789ms", "off"]
+            session = conn.connection.dbapi_connection
+        with pg_db.engine.connect() as conn:  # transaction-local: the pooled session is back to its defaults
+            assert conn.connection.dbapi_connection is session
+            assert conn.execute(text("SHOW lock_timeout")).scalar() == "0"
