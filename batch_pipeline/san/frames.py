@@ -5,9 +5,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import pandas as pd
-from sqlalchemy.engine import Result
 from dagster import BetaWarning, DagsterType
 from dagster_pandas import PandasColumn, create_dagster_pandas_dataframe_type
+from sqlalchemy.engine import Result
 
 INT = "int64"
 TEXT = "object"
@@ -47,7 +47,10 @@ class FrameSchema:
         # and no dtype inference over Python objects (~3 x faster for 25,000 rows).
         rows = rows.tuples().all() if isinstance(rows, Result) else list(rows)
         values = list(zip(*rows)) if rows else [()] * len(self.columns)
-        return pd.DataFrame({column: _column(column_values, dtype) for (column, dtype), column_values in zip(self.columns.items(), values)})
+        return pd.DataFrame({
+            column: _column(column_values, dtype)
+            for (column, dtype), column_values in zip(self.columns.items(), values)
+        })
 
 
 def _column(values, dtype: str) -> pd.Series:
