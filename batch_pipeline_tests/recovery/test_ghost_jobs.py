@@ -9,6 +9,7 @@ from sqlalchemy import text, update
 from batch_pipeline.recovery.ghost_jobs import GhostRule, detect_ghost_jobs, recover_ghost_jobs
 from batch_pipeline.recovery.plan import RecoveryPolicy
 from batch_pipeline.san.dispatch import Dispatcher
+from batch_pipeline.san.enqueue import has_target_index
 from batch_pipeline_tests.conftest import WRITE_PATHS, DiesOnBatch, san_database_on_path
 from batch_pipeline.san.schema import (
     CARD_ANALYSIS, COMPLETED, FAILED, JOB_TYPES, PENDING, PROCESSING, SCRAP_REFINE, TIL_GENERATION, jobs,
@@ -287,3 +288,18 @@ def test_two_overlapping_runs_while_a_worker_completes_the_same_jobs(pg_db):
         assert sum(r.status in (PENDING, PROCESSING) for r in rows) <= 1
         if rows[0].status == FAILED:
             assert [r.retry_of_job_id for r in rows[1:]] == [rows[0].id]  # exactly one replacement
+
+
+def test_detection_turns_sequential_scans_off_only_when_both_indexes_are_there(pg_db):
+    ghost = pg_db.job(CARD_ANALYSIS, 1, PENDING, created_at=pg_db.ago(hours=1))
+    indexed = has_target_index_on(pg_db)
+    with pg_db.engine.begin() as conn:
+        assert detect_ghost_jobs(conn, GhostRule(now=pg_db.now))["job_id"].tolist() == [ghost]
+        assert conn.execute(text("SHOW enable_seqscan")).scalar() == ("off" if indexed else "on")
+    with pg_db.engine.connect() as conn:  # transaction-local
+        assert conn.execute(text("SHOW enable_seqscan")).scalar() == "on"
+
+
+def has_target_index_on(db):
+    with db.engine.connect() as conn:
+        return has_target_index(conn)
