@@ -21,12 +21,13 @@ from batch_pipeline.recovery.ghost_jobs import (
     detect_stale_jobs_query,
 )
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
+from batch_pipeline.recovery.plan import RecoveryPolicy
 from batch_pipeline.recovery.scrap_recovery import detect_query
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
-from batch_pipeline.san.enqueue import Eligibility, EnqueueRequest, enqueue_statement, requested_from_batch
-from batch_pipeline.san.schema import create_recommended_indexes, scraps
+from batch_pipeline.san.enqueue import EnqueueRequest, batch_enqueue_statement
+from batch_pipeline.san.schema import create_recommended_indexes
 from batch_pipeline.til.auto_generation import day_bounds, users_of_day_query
 from bench import baseline
 from bench.seed import APP_DDL, Scale, seed
@@ -203,16 +204,15 @@ def write_batch_queries(conn: psycopg.Connection, url: str, now: datetime):
     engine = create_san_engine(url)
     try:
         with engine.connect() as sa_conn:
-            statements = {}
+            statements, max_attempts = {}, RecoveryPolicy().max_attempts
             for name, sample in WRITE_BATCH_SAMPLES.items():
                 ids = [row[0] for row in conn.execute(sample, {"cutoff": now - timedelta(minutes=30)})]
                 if name.startswith("ghost"):
-                    statements[name] = close_and_replace_statement(sa_conn, ids, GhostRule(now=now), 10)
+                    statements[name] = close_and_replace_statement(sa_conn, ids, GhostRule(now=now), max_attempts)
                 else:
                     rule = ORPHAN_SCRAPS if name.startswith("orphan") else UNREFINED_SCRAPS
-                    requests = [EnqueueRequest(i) for i in sorted(ids)]
-                    statements[name] = enqueue_statement(
-                        requested_from_batch(rule.job_type, requests, Eligibility(scraps, rule.needs_work)), now, 10
+                    statements[name] = batch_enqueue_statement(
+                        rule.job_type, [EnqueueRequest(i) for i in ids], now, max_attempts, rule.eligibility
                     )
             for name, statement in statements.items():
                 compiled = statement.compile(dialect=engine.dialect, compile_kwargs={"render_postcompile": True})

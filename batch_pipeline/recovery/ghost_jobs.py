@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import pandas as pd
-from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy import Integer, String, and_, case, cast, func, literal, or_, select, text, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
@@ -28,7 +27,7 @@ from batch_pipeline.san.enqueue import (
 )
 from batch_pipeline.san.frames import INT, TEXT, UTC_DATETIME, FrameSchema
 from batch_pipeline.san.schema import ACTIVE_STATUSES, FAILED, PENDING, PROCESSING, Timestamp, jobs
-from batch_pipeline.san.sql import id_in
+from batch_pipeline.san.sql import array_of, id_in
 
 AREA = "ghost_job_recovery"
 
@@ -210,12 +209,8 @@ def close_and_replace_statement(conn: Connection, job_ids: Sequence[int], rule: 
         .group_by(closed.c.job_type, closed.c.target_id)
         .cte("requested")
     )
-
-    def closed_array(column):
-        return select(func.array_agg(aggregate_order_by(column, closed.c.id))).scalar_subquery()
-
     return enqueue_statement(requested, rule.now, max_attempts).add_columns(
-        closed_array(closed.c.id), closed_array(closed.c.job_type), closed_array(closed.c.target_id)
+        *(array_of(column, closed.c.id) for column in (closed.c.id, closed.c.job_type, closed.c.target_id))
     )
 
 

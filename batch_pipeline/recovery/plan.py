@@ -8,7 +8,6 @@ from batch_pipeline.san.audit import capped_ids
 from batch_pipeline.san.database import WriteLimits
 
 
-
 @dataclass(frozen=True)
 class RecoveryPolicy:
     """How much one run may do, shared by the three recoveries (defaults are the design's)."""

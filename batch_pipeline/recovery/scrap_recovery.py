@@ -35,6 +35,11 @@ class ScrapRecoveryRule:
     # (all 20 M cards at scale 10, 3.4 s) to check the window's few hundred thousand scraps.
     needs_work_per_row: ColumnElement | None = None
 
+    @property
+    def eligibility(self) -> Eligibility:
+        """The write-time re-check: the scrap still needs the work."""
+        return Eligibility(scraps, self.needs_work)
+
 
 def scrap_frame(name: str, description: str) -> FrameSchema:
     return FrameSchema(
@@ -98,7 +103,7 @@ def enqueue_batch(
 ) -> tuple[EnqueueOutcome, list[NewJob]]:
     # Re-checked at write time: a worker may have done the work since detection.
     outcome = enqueue_jobs(conn, rule.job_type, [EnqueueRequest(s) for s in scrap_ids], now=now,
-                           max_attempts=max_attempts, eligibility=Eligibility(scraps, rule.needs_work))
+                           max_attempts=max_attempts, eligibility=rule.eligibility)
     return outcome, outcome.created
 
 

@@ -15,14 +15,13 @@ from datetime import datetime
 from typing import TypeVar
 
 from sqlalchemy import Table, and_, bindparam, case, false, func, insert, literal, select, text, true
-from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from batch_pipeline.san.database import WriteLimits, write_transaction
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.schema import ACTIVE_STATUSES, PENDING, jobs
-from batch_pipeline.san.sql import BigIntArray, id_in, insert_rows
+from batch_pipeline.san.sql import BigIntArray, array_of, id_in, insert_rows
 
 
 @dataclass(frozen=True)
@@ -90,7 +89,7 @@ def enqueue_jobs(
     if targets_created_in_this_transaction:
         return EnqueueOutcome(created=_insert_jobs(conn, job_type, list(unique.values()), now))
     if conn.dialect.name == "postgresql" and has_target_index(conn):
-        return _enqueue_in_one_statement(conn, job_type, [unique[t] for t in sorted(unique)], now, max_attempts, eligibility)
+        return _enqueue_in_one_statement(conn, job_type, list(unique.values()), now, max_attempts, eligibility)
 
     outcome = EnqueueOutcome()
     if eligibility is not None:
@@ -166,7 +165,9 @@ def _insert_jobs(conn: Connection, job_type: str, to_create: Sequence[EnqueueReq
 
 def requested_from_batch(job_type: str, requests: Sequence[EnqueueRequest], eligibility: Eligibility | None):
     """A batch of requests as the `requested` CTE of `enqueue_statement`: two array parameters,
-    and, with `eligibility`, the write-time re-check of each target."""
+    and, with `eligibility`, the write-time re-check of each target. Sorted by target, so the
+    per-target probes walk the indexes in order."""
+    requests = sorted(requests, key=lambda request: request.target_id)
     batch = func.unnest(
         bindparam("target_ids", [r.target_id for r in requests], type_=BigIntArray),
         bindparam("retry_of_ids", [r.retry_of_job_id for r in requests], type_=BigIntArray),
@@ -233,15 +234,12 @@ def enqueue_statement(requested, now: datetime, max_attempts: int):
         .cte("inserted")
     )
 
-    def created(column):
-        return select(func.array_agg(aggregate_order_by(column, inserted.c.id))).scalar_subquery()
-
     def counted_where(column, condition):
-        return select(func.array_agg(column)).where(condition).scalar_subquery()
+        return array_of(column).where(condition)
 
     return select(
-        created(inserted.c.id), created(inserted.c.job_type), created(inserted.c.target_id),
-        created(inserted.c.retry_of_job_id),
+        *(array_of(column, inserted.c.id) for column in (inserted.c.id, inserted.c.job_type, inserted.c.target_id,
+                                                          inserted.c.retry_of_job_id)),
         counted_where(counted.c.job_type, active), counted_where(counted.c.target_id, active),
         counted_where(counted.c.job_type, exhausted), counted_where(counted.c.target_id, exhausted),
     )
@@ -270,12 +268,20 @@ class StatementOutcome:
         )
 
 
+def batch_enqueue_statement(
+    job_type: str, requests: Sequence[EnqueueRequest], now: datetime, max_attempts: int, eligibility: Eligibility | None
+):
+    """The one statement that enqueues a batch of requests (PostgreSQL with ix_san_jobs_target)."""
+    return enqueue_statement(requested_from_batch(job_type, requests, eligibility), now, max_attempts)
+
+
 def _enqueue_in_one_statement(
     conn: Connection, job_type: str, requests: Sequence[EnqueueRequest], now: datetime, max_attempts: int,
     eligibility: Eligibility | None,
 ) -> EnqueueOutcome:
-    statement = enqueue_statement(requested_from_batch(job_type, requests, eligibility), now, max_attempts)
-    outcome = StatementOutcome.from_row(conn.execute(statement).one())
+    outcome = StatementOutcome.from_row(
+        conn.execute(batch_enqueue_statement(job_type, requests, now, max_attempts, eligibility)).one()
+    )
     return EnqueueOutcome(
         created=outcome.created,
         exhausted=[target for _type, target in outcome.exhausted],

@@ -9,7 +9,7 @@ PostgreSQL one array parameter (`= ANY(:ids)`, `unnest(:ids)`) carries the whole
 from collections.abc import Mapping, Sequence
 
 from sqlalchemy import BigInteger, Table, TypeDecorator, any_, bindparam, func, insert, literal, select
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -66,6 +66,12 @@ def insert_rows(
         return conn.execute(insert_rows_statement(table, constants, id_columns, returning)).tuples().all()
     rows = [{**constants, **dict(zip(names, values))} for values in zip(*(id_columns[name] for name in names))]
     return conn.execute(insert(table).returning(*returned, sort_by_parameter_order=True), rows).tuples().all()
+
+
+def array_of(column, order_by=None):
+    """PostgreSQL: a scalar subquery aggregating `column` into one array (in `order_by` order):
+    a batch's outcome comes back as a few arrays in one row, decoded far faster than rows."""
+    return select(func.array_agg(column if order_by is None else aggregate_order_by(column, order_by))).scalar_subquery()
 
 
 def insert_rows_statement(

@@ -18,7 +18,6 @@ from zoneinfo import ZoneInfo
 
 import pandas as pd
 from sqlalchemy import and_, func, select
-from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.san.audit import capped_ids
@@ -27,7 +26,7 @@ from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.enqueue import EnqueueRequest, enqueue_jobs, jobs_for_new_targets, run_in_batches
 from batch_pipeline.san.frames import INT, FrameSchema
 from batch_pipeline.san.schema import TIL_GENERATION, daily_summaries, knowledge_cards, scraps
-from batch_pipeline.san.sql import insert_rows, insert_rows_statement
+from batch_pipeline.san.sql import array_of, insert_rows, insert_rows_statement
 
 AREA = "til_auto_generation"
 
@@ -98,13 +97,9 @@ def _create_batch_in_one_statement(conn: Connection, summary_values: dict, now: 
     """PostgreSQL: both inserts in one statement, the new ids back as four arrays in one row."""
     summaries = insert_rows_statement(daily_summaries, **summary_values).cte("summaries")
     new_jobs = jobs_for_new_targets(TIL_GENERATION, summaries, now)
-
-    def ids(column, order_by):
-        return select(func.array_agg(aggregate_order_by(column, order_by))).scalar_subquery()
-
     summary_ids, summary_users, job_ids, job_targets = conn.execute(select(
-        ids(summaries.c.id, summaries.c.id), ids(summaries.c.user_id, summaries.c.id),
-        ids(new_jobs.c.id, new_jobs.c.id), ids(new_jobs.c.target_id, new_jobs.c.id),
+        array_of(summaries.c.id, summaries.c.id), array_of(summaries.c.user_id, summaries.c.id),
+        array_of(new_jobs.c.id, new_jobs.c.id), array_of(new_jobs.c.target_id, new_jobs.c.id),
     )).one()
     created = [NewJob(job_id=job_id, job_type=TIL_GENERATION, target_id=target_id)
                for job_id, target_id in zip(job_ids or [], job_targets or [])]
