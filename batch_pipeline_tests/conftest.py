@@ -6,6 +6,7 @@ server's `test` database), so they can run in parallel. If PostgreSQL is down th
 skipped database counted as passing would be a lie.
 """
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
 from sqlalchemy import func, insert, select, text
 from sqlalchemy.engine import Engine, make_url
@@ -156,6 +158,23 @@ def san_database(kind: str, tmp_path: Path) -> Iterator[SanDb]:
 # The write paths: SQLite; PostgreSQL as the app's DDL leaves it (count query + insert); and
 # PostgreSQL with ix_san_jobs_target (one statement per batch).
 WRITE_PATHS = ["sqlite", "postgres", "postgres_with_target_index"]
+PG_WRITE_PATHS = [path for path in WRITE_PATHS if path.startswith("postgres")]
+
+
+@contextmanager
+def job_notifications(db: "SanDb") -> Iterator[list[dict]]:
+    """LISTEN on san_jobs during the block; afterwards the list holds every payload received
+    (each one, duplicates included), collected until the channel has been quiet for 1 s."""
+    url = make_url(db.url)
+    conn = psycopg.connect(host=url.host, port=url.port or 5432, user=url.username, dbname=url.database,
+                           autocommit=True)
+    received: list[dict] = []
+    try:
+        conn.execute("LISTEN san_jobs")
+        yield received
+        received += [json.loads(n.payload) for n in conn.notifies(timeout=1)]
+    finally:
+        conn.close()
 
 
 @contextmanager

@@ -25,6 +25,7 @@ from batch_pipeline.recovery.plan import RecoveryPolicy
 from batch_pipeline.recovery.scrap_recovery import detect_query
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
 from batch_pipeline.san.database import create_san_engine
+from batch_pipeline.san.dispatch import PG_NOTIFY_CHANNEL
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.enqueue import EnqueueRequest, batch_enqueue_statement
 from batch_pipeline.san.schema import create_recommended_indexes
@@ -208,11 +209,14 @@ def write_batch_queries(conn: psycopg.Connection, url: str, now: datetime):
             for name, sample in WRITE_BATCH_SAMPLES.items():
                 ids = [row[0] for row in conn.execute(sample, {"cutoff": now - timedelta(minutes=30)})]
                 if name.startswith("ghost"):
-                    statements[name] = close_and_replace_statement(sa_conn, ids, GhostRule(now=now), max_attempts)
+                    statements[name] = close_and_replace_statement(
+                        sa_conn, ids, GhostRule(now=now), max_attempts, PG_NOTIFY_CHANNEL
+                    )
                 else:
                     rule = ORPHAN_SCRAPS if name.startswith("orphan") else UNREFINED_SCRAPS
                     statements[name] = batch_enqueue_statement(
-                        rule.job_type, [EnqueueRequest(i) for i in ids], now, max_attempts, rule.eligibility
+                        rule.job_type, [EnqueueRequest(i) for i in ids], now, max_attempts, rule.eligibility,
+                        PG_NOTIFY_CHANNEL,
                     )
             for name, statement in statements.items():
                 compiled = statement.compile(dialect=engine.dialect, compile_kwargs={"render_postcompile": True})

@@ -18,6 +18,7 @@ from batch_pipeline.recovery.plan import RecoveryPolicy, RecoveryReport, plan_re
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.enqueue import (
     OUTCOME_COLUMNS,
+    BatchWritten,
     EnqueueRequest,
     StatementOutcome,
     enqueue_jobs,
@@ -176,11 +177,11 @@ class ClosedBatch:
 
 
 def close_and_replace(
-    conn: Connection, batch: pd.DataFrame, rule: GhostRule, max_attempts: int
-) -> tuple[ClosedBatch, list[NewJob]]:
+    conn: Connection, batch: pd.DataFrame, rule: GhostRule, max_attempts: int, notify_channel: str | None = None
+) -> BatchWritten[ClosedBatch]:
     """One batch, in one transaction: close the ghosts, then enqueue their replacements."""
     if conn.dialect.name == "postgresql" and has_target_index(conn):
-        return _close_and_replace_in_one_statement(conn, batch, rule, max_attempts)
+        return _close_and_replace_in_one_statement(conn, batch, rule, max_attempts, notify_channel)
     closed = conn.execute(close_stale_jobs_statement(conn, batch["job_id"].tolist(), rule)).all()
     result = ClosedBatch(closed_ids=[row.id for row in closed], replacements={}, exhausted_ids=[])
     for job_type in sorted({row.job_type for row in closed}):
@@ -190,10 +191,12 @@ def close_and_replace(
         result.replacements.update({job.retry_of_job_id: job for job in outcome.created})
         exhausted_targets = set(outcome.exhausted)
         result.exhausted_ids += [row.id for row in of_type if row.target_id in exhausted_targets]
-    return result, list(result.replacements.values())
+    return BatchWritten(result, list(result.replacements.values()))
 
 
-def close_and_replace_statement(conn: Connection, job_ids: Sequence[int], rule: GhostRule, max_attempts: int):
+def close_and_replace_statement(
+    conn: Connection, job_ids: Sequence[int], rule: GhostRule, max_attempts: int, notify_channel: str | None = None
+):
     """PostgreSQL with ix_san_jobs_target: the close and the shared enqueue statement as one
     statement, the closed rows feeding the replacements without a round trip. Returns the
     enqueue statement's arrays followed by the closed jobs' ids, job types and targets."""
@@ -209,15 +212,17 @@ def close_and_replace_statement(conn: Connection, job_ids: Sequence[int], rule: 
         .group_by(closed.c.job_type, closed.c.target_id)
         .cte("requested")
     )
-    return enqueue_statement(requested, rule.now, max_attempts).add_columns(
+    return enqueue_statement(requested, rule.now, max_attempts, notify_channel).add_columns(
         *(array_of(column, closed.c.id) for column in (closed.c.id, closed.c.job_type, closed.c.target_id))
     )
 
 
 def _close_and_replace_in_one_statement(
-    conn: Connection, batch: pd.DataFrame, rule: GhostRule, max_attempts: int
-) -> tuple[ClosedBatch, list[NewJob]]:
-    row = conn.execute(close_and_replace_statement(conn, batch["job_id"].tolist(), rule, max_attempts)).one()
+    conn: Connection, batch: pd.DataFrame, rule: GhostRule, max_attempts: int, notify_channel: str | None
+) -> BatchWritten[ClosedBatch]:
+    row = conn.execute(
+        close_and_replace_statement(conn, batch["job_id"].tolist(), rule, max_attempts, notify_channel)
+    ).one()
     outcome = StatementOutcome.from_row(row)
     closed_rows = list(zip(*(values or [] for values in row[OUTCOME_COLUMNS:])))
     exhausted = set(outcome.exhausted)
@@ -226,7 +231,7 @@ def _close_and_replace_in_one_statement(
         replacements={job.retry_of_job_id: job for job in outcome.created},
         exhausted_ids=[job_id for job_id, job_type, target_id in closed_rows if (job_type, target_id) in exhausted],
     )
-    return result, outcome.created
+    return BatchWritten(result, outcome.created, outcome.announced)
 
 
 def recover_ghost_jobs(
@@ -263,7 +268,7 @@ def recover_ghost_jobs(
     work = pd.concat([plan.to_enqueue, plan.exhausted])
     results, batches = run_in_batches(
         engine, dispatcher, work, policy.batch_size,
-        lambda conn, batch: close_and_replace(conn, batch, rule, policy.max_attempts),
+        lambda conn, batch: close_and_replace(conn, batch, rule, policy.max_attempts, dispatcher.statement_channel),
         policy.limits,
     )
     replacement_of: dict[int, NewJob] = {}

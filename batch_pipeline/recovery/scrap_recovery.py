@@ -16,8 +16,15 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from batch_pipeline.recovery.plan import RecoveryPolicy, RecoveryReport, plan_recovery
-from batch_pipeline.san.dispatch import Dispatcher, NewJob
-from batch_pipeline.san.enqueue import Eligibility, EnqueueOutcome, EnqueueRequest, enqueue_jobs, run_in_batches
+from batch_pipeline.san.dispatch import Dispatcher
+from batch_pipeline.san.enqueue import (
+    BatchWritten,
+    Eligibility,
+    EnqueueOutcome,
+    EnqueueRequest,
+    enqueue_jobs,
+    run_in_batches,
+)
 from batch_pipeline.san.frames import INT, UTC_DATETIME, FrameSchema
 from batch_pipeline.san.schema import ACTIVE_STATUSES, jobs, scraps
 
@@ -99,12 +106,13 @@ def detect_scraps(
 
 
 def enqueue_batch(
-    conn: Connection, rule: ScrapRecoveryRule, scrap_ids: Sequence[int], *, now: datetime, max_attempts: int
-) -> tuple[EnqueueOutcome, list[NewJob]]:
+    conn: Connection, rule: ScrapRecoveryRule, scrap_ids: Sequence[int], *, now: datetime, max_attempts: int,
+    notify_channel: str | None = None,
+) -> BatchWritten[EnqueueOutcome]:
     # Re-checked at write time: a worker may have done the work since detection.
     outcome = enqueue_jobs(conn, rule.job_type, [EnqueueRequest(s) for s in scrap_ids], now=now,
-                           max_attempts=max_attempts, eligibility=rule.eligibility)
-    return outcome, outcome.created
+                           max_attempts=max_attempts, eligibility=rule.eligibility, notify_channel=notify_channel)
+    return BatchWritten(outcome, outcome.created, outcome.announced)
 
 
 def recover_scraps(
@@ -134,7 +142,8 @@ def recover_scraps(
 
     results, batches = run_in_batches(
         engine, dispatcher, plan.to_enqueue["scrap_id"].tolist(), policy.batch_size,
-        lambda conn, scrap_ids: enqueue_batch(conn, rule, scrap_ids, now=now, max_attempts=policy.max_attempts),
+        lambda conn, scrap_ids: enqueue_batch(conn, rule, scrap_ids, now=now, max_attempts=policy.max_attempts,
+                                              notify_channel=dispatcher.statement_channel),
         policy.limits,
     )
     created = [job for outcome in results for job in outcome.created]

@@ -12,14 +12,14 @@ new jobs through the dispatcher: in the transaction (pg_notify) or after commit 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
-from sqlalchemy import Table, and_, bindparam, case, false, func, insert, literal, select, text, true
+from sqlalchemy import Table, and_, bindparam, case, false, func, insert, literal, null, select, text, true
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from batch_pipeline.san.database import WriteLimits, write_transaction
-from batch_pipeline.san.dispatch import Dispatcher, NewJob
+from batch_pipeline.san.dispatch import Dispatcher, NewJob, notify_jobs
 from batch_pipeline.san.schema import ACTIVE_STATUSES, PENDING, jobs
 from batch_pipeline.san.sql import BigIntArray, array_of, id_in, insert_rows
 
@@ -35,11 +35,7 @@ class EnqueueOutcome:
     created: list[NewJob] = field(default_factory=list)
     exhausted: list[int] = field(default_factory=list)  # target ids at the poison cap
     already_active: list[int] = field(default_factory=list)  # target ids someone else covers
-
-    def extend(self, other: "EnqueueOutcome") -> None:
-        self.created += other.created
-        self.exhausted += other.exhausted
-        self.already_active += other.already_active
+    announced: bool = False  # the write statement sent the created jobs' pg_notify itself
 
 
 def attempts_and_active(conn: Connection, job_type: str, target_ids: Sequence[int]):
@@ -74,12 +70,15 @@ def enqueue_jobs(
     max_attempts: int,
     targets_created_in_this_transaction: bool = False,
     eligibility: Eligibility | None = None,
+    notify_channel: str | None = None,
 ) -> EnqueueOutcome:
     """Insert one PENDING job per distinct target that has no active job and is under the cap.
 
     Must run inside `write_transaction`. `max_attempts` 0 means unlimited. Targets this very
     transaction created (a new daily summary) cannot have jobs yet, so their lookup is skipped.
     With `eligibility`, targets that no longer need the job are dropped (not in the outcome).
+    With `notify_channel` (the dispatcher's `statement_channel`), the one-statement path
+    announces the new jobs itself and says so in `announced`.
     """
     unique: dict[int, EnqueueRequest] = {}
     for request in requests:
@@ -89,7 +88,9 @@ def enqueue_jobs(
     if targets_created_in_this_transaction:
         return EnqueueOutcome(created=_insert_jobs(conn, job_type, list(unique.values()), now))
     if conn.dialect.name == "postgresql" and has_target_index(conn):
-        return _enqueue_in_one_statement(conn, job_type, list(unique.values()), now, max_attempts, eligibility)
+        return _enqueue_in_one_statement(
+            conn, job_type, list(unique.values()), now, max_attempts, eligibility, notify_channel
+        )
 
     outcome = EnqueueOutcome()
     if eligibility is not None:
@@ -141,7 +142,7 @@ def jobs_for_new_targets(job_type: str, new_targets, now: datetime):
                 literal(now, jobs.c.created_at.type), literal(now, jobs.c.updated_at.type),
             ).order_by(new_targets.c.id),
         )
-        .returning(jobs.c.id, jobs.c.target_id)
+        .returning(jobs.c.id, jobs.c.job_type, jobs.c.target_id)
         .cte("new_jobs")
     )
 
@@ -188,7 +189,7 @@ def requested_from_batch(job_type: str, requests: Sequence[EnqueueRequest], elig
     return requested.cte("requested")
 
 
-def enqueue_statement(requested, now: datetime, max_attempts: int):
+def enqueue_statement(requested, now: datetime, max_attempts: int, notify_channel: str | None = None):
     """PostgreSQL with ix_san_jobs_target: the attempt count, the active-job check and the
     insert for one batch in a single statement: one round trip, one index-only range per target
     for both counts.
@@ -200,7 +201,8 @@ def enqueue_statement(requested, now: datetime, max_attempts: int):
 
     The outcome comes back as arrays in one row, which the driver decodes far faster than
     thousands of rows: the created jobs' ids, job types, targets and retry_of ids (in id
-    order), then (job_type, target_id) pairs already active, then pairs at the poison cap.
+    order), then (job_type, target_id) pairs already active, then pairs at the poison cap,
+    then how many jobs the statement announced itself on `notify_channel` (NULL without one).
     """
     closing = requested.c.closing if "closing" in requested.c else literal(0)
     counted = (
@@ -242,10 +244,11 @@ def enqueue_statement(requested, now: datetime, max_attempts: int):
                                                           inserted.c.retry_of_job_id)),
         counted_where(counted.c.job_type, active), counted_where(counted.c.target_id, active),
         counted_where(counted.c.job_type, exhausted), counted_where(counted.c.target_id, exhausted),
+        notify_jobs(notify_channel, inserted) if notify_channel else null(),
     )
 
 
-OUTCOME_COLUMNS = 8  # the arrays enqueue_statement returns, before any a caller adds
+OUTCOME_COLUMNS = 9  # the columns enqueue_statement returns, before any a caller adds
 
 
 @dataclass
@@ -255,37 +258,42 @@ class StatementOutcome:
     created: list[NewJob]
     already_active: list[tuple[str, int]]  # (job_type, target_id)
     exhausted: list[tuple[str, int]]
+    announced: bool  # the statement sent the created jobs' pg_notify itself
 
     @classmethod
     def from_row(cls, row: Sequence) -> "StatementOutcome":
+        *arrays, announced = row[:OUTCOME_COLUMNS]
         ids, types, targets, retry_ofs, active_types, active_targets, exhausted_types, exhausted_targets = (
-            values or [] for values in row[:OUTCOME_COLUMNS]
+            values or [] for values in arrays
         )
         return cls(
             created=[NewJob(*job) for job in zip(ids, types, targets, retry_ofs)],
             already_active=list(zip(active_types, active_targets)),
             exhausted=list(zip(exhausted_types, exhausted_targets)),
+            announced=announced is not None,
         )
 
 
 def batch_enqueue_statement(
-    job_type: str, requests: Sequence[EnqueueRequest], now: datetime, max_attempts: int, eligibility: Eligibility | None
+    job_type: str, requests: Sequence[EnqueueRequest], now: datetime, max_attempts: int,
+    eligibility: Eligibility | None, notify_channel: str | None = None,
 ):
     """The one statement that enqueues a batch of requests (PostgreSQL with ix_san_jobs_target)."""
-    return enqueue_statement(requested_from_batch(job_type, requests, eligibility), now, max_attempts)
+    return enqueue_statement(requested_from_batch(job_type, requests, eligibility), now, max_attempts, notify_channel)
 
 
 def _enqueue_in_one_statement(
     conn: Connection, job_type: str, requests: Sequence[EnqueueRequest], now: datetime, max_attempts: int,
-    eligibility: Eligibility | None,
+    eligibility: Eligibility | None, notify_channel: str | None,
 ) -> EnqueueOutcome:
     outcome = StatementOutcome.from_row(
-        conn.execute(batch_enqueue_statement(job_type, requests, now, max_attempts, eligibility)).one()
+        conn.execute(batch_enqueue_statement(job_type, requests, now, max_attempts, eligibility, notify_channel)).one()
     )
     return EnqueueOutcome(
         created=outcome.created,
         exhausted=[target for _type, target in outcome.exhausted],
         already_active=[target for _type, target in outcome.already_active],
+        announced=outcome.announced,
     )
 
 
@@ -304,27 +312,36 @@ class BatchRunReport:
     announce_failures: int = 0
 
 
+class BatchWritten(NamedTuple, Generic[R]):
+    """What one write batch did: its own result, the jobs it created, and whether its
+    statement already announced them on the dispatcher's `statement_channel`."""
+
+    result: R
+    created: list[NewJob]
+    announced: bool = False
+
+
 def run_in_batches(
     engine: Engine,
     dispatcher: Dispatcher,
     items: Sequence[T],
     batch_size: int,
-    write_batch: Callable[[Connection, Sequence[T]], tuple[R, list[NewJob]]],
+    write_batch: Callable[[Connection, Sequence[T]], BatchWritten[R]],
     limits: WriteLimits = WriteLimits(),
 ) -> tuple[list[R], BatchRunReport]:
     """Apply `write_batch` to bounded slices of `items`, one transaction per slice.
 
-    `write_batch` returns its own result and the jobs it created; those are announced in the
-    same transaction (pg_notify) or right after it commits (Redis). A failure rolls back only
-    the current batch: earlier batches stay committed and whole.
+    The jobs a batch created are announced in the same transaction (pg_notify: by the write
+    statement itself, else by a second statement) or right after it commits (Redis). A failure
+    rolls back only the current batch: earlier batches stay committed and whole.
     """
     results: list[R] = []
     report = BatchRunReport()
     for batch in chunked(items, batch_size):
         with write_transaction(engine, limits) as conn:
-            result, created = write_batch(conn, batch)
-            dispatcher.announce_in_transaction(conn, created)
+            written = write_batch(conn, batch)
+            dispatcher.announce_in_transaction(conn, [] if written.announced else written.created)
         report.batches += 1
-        report.announce_failures += dispatcher.announce_after_commit(created)
-        results.append(result)
+        report.announce_failures += dispatcher.announce_after_commit(written.created)
+        results.append(written.result)
     return results, report

@@ -10,7 +10,7 @@ from batch_pipeline.recovery.ghost_jobs import GhostRule, detect_ghost_jobs, rec
 from batch_pipeline.recovery.plan import RecoveryPolicy
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.enqueue import has_target_index
-from batch_pipeline_tests.conftest import WRITE_PATHS, DiesOnBatch, san_database_on_path
+from batch_pipeline_tests.conftest import PG_WRITE_PATHS, WRITE_PATHS, DiesOnBatch, san_database_on_path
 from batch_pipeline.san.schema import (
     CARD_ANALYSIS, COMPLETED, FAILED, JOB_TYPES, PENDING, PROCESSING, SCRAP_REFINE, TIL_GENERATION, jobs,
 )
@@ -24,7 +24,7 @@ def san_db(request, tmp_path):
         yield database
 
 
-@pytest.fixture(params=[path for path in WRITE_PATHS if path.startswith("postgres")])
+@pytest.fixture(params=PG_WRITE_PATHS)
 def pg_db(request, tmp_path):
     with san_database_on_path(request.param, tmp_path) as database:
         yield database

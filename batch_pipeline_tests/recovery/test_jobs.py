@@ -1,14 +1,11 @@
 """recovery_job through Dagster: order, audit trail in the instance, config and input errors."""
 
-import json
 import time
 
-import psycopg
 import pytest
 from dagster import AssetKey, DagsterInstance
 from dagster._core.errors import DagsterInvalidConfigError
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
 from batch_pipeline.definitions import defs
 from batch_pipeline.recovery.config import RecoveryConfig
@@ -16,6 +13,7 @@ from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.schema import CARD_ANALYSIS, FAILED, PENDING, PROCESSING, SCRAP_REFINE
+from batch_pipeline_tests.conftest import PG_WRITE_PATHS, job_notifications, san_database_on_path
 
 AREAS = ["ghost_job_recovery", "orphan_scrap_recovery", "orphan_scrap_refine_recovery"]
 
@@ -165,24 +163,27 @@ def test_an_unknown_dispatcher_fails_first(san_db):
     assert "SAN_JOB_DISPATCHER='carrier-pigeon' is not a dispatcher" in failure_message(result)
 
 
-def test_pg_notify_is_the_default_on_postgres_and_announces_every_new_job(pg_db):
-    broken_state(pg_db)
-    url = make_url(pg_db.url)
-    listener = psycopg.connect(host=url.host, port=url.port or 5432, user=url.username, dbname=url.database, autocommit=True)
-    listener.execute("LISTEN san_jobs")
-    try:
-        instance = DagsterInstance.ephemeral()
+@pytest.fixture(params=PG_WRITE_PATHS)
+def pg_path_db(request, tmp_path):
+    with san_database_on_path(request.param, tmp_path) as database:
+        yield database
+
+
+def test_pg_notify_is_the_default_on_postgres_and_announces_every_new_job_once(pg_path_db):
+    # Each write path announces differently (the write statement itself with the target index,
+    # a second statement without it); either way every new job is announced exactly once.
+    broken_state(pg_path_db)
+    second_ghost_scrap = pg_path_db.scrap(pg_path_db.user(), created_at=pg_path_db.ago(hours=3), card=True)
+    pg_path_db.job(SCRAP_REFINE, second_ghost_scrap, PENDING, created_at=pg_path_db.ago(hours=1))
+    with job_notifications(pg_path_db) as payloads:
         result = defs.resolve_job_def("recovery_job").execute_in_process(
-            resources={"san_database": SanDatabase(url=pg_db.url), "job_dispatcher": JobDispatcherResource()},
-            instance=instance,
+            resources={"san_database": SanDatabase(url=pg_path_db.url), "job_dispatcher": JobDispatcherResource()},
+            instance=DagsterInstance.ephemeral(),
         )
-        payloads = [json.loads(n.payload) for n in listener.notifies(timeout=2, stop_after=3)]
-    finally:
-        listener.close()
     assert result.success
-    created = {(j.id, j.job_type, j.target_id) for j in pg_db.jobs(status=PENDING)}
-    assert {(p["job_id"], p["job_type"], p["target_id"]) for p in payloads} == created
-    assert {p["job_type"] for p in payloads} == {CARD_ANALYSIS, SCRAP_REFINE}
+    created = sorted((j.id, j.job_type, j.target_id) for j in pg_path_db.jobs(status=PENDING))
+    assert len(created) == 4  # two ghosts' replacements, the orphan's, the unrefined scrap's
+    assert sorted((p["job_id"], p["job_type"], p["target_id"]) for p in payloads) == created
 
 
 def test_a_locked_table_is_reported_as_a_lock_timeout_not_waited_on(pg_db):

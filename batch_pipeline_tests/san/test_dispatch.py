@@ -1,62 +1,72 @@
 """Announcing new jobs: pg_notify in the transaction, Redis stream after commit, or rows only."""
 
-import json
 import uuid
 
-import psycopg
 import pytest
 import redis
-from sqlalchemy.engine import make_url
+from sqlalchemy import event
 
 from batch_pipeline.san.database import write_transaction
 from batch_pipeline.san.dispatch import (
     DispatcherConfigError, NewJob, PgNotifyDispatcher, RedisStreamDispatcher, build_dispatcher,
 )
-from batch_pipeline.san.enqueue import EnqueueRequest, enqueue_jobs, run_in_batches
+from batch_pipeline.san.enqueue import BatchWritten, EnqueueRequest, enqueue_jobs, has_target_index, run_in_batches
 from batch_pipeline.san.schema import CARD_ANALYSIS
+from batch_pipeline_tests.conftest import PG_WRITE_PATHS, job_notifications, san_database_on_path
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
-def listener(db):
-    url = make_url(db.url)
-    conn = psycopg.connect(host=url.host, port=url.port or 5432, user=url.username, dbname=url.database, autocommit=True)
-    conn.execute("LISTEN san_jobs")
-    return conn
+def has_target_index_path(db) -> bool:
+    with db.engine.connect() as conn:
+        return has_target_index(conn)
 
 
-def enqueue_batch(db, target_ids):
+def enqueue_batch(db, dispatcher):
     def write(conn, batch):
-        outcome = enqueue_jobs(conn, CARD_ANALYSIS, [EnqueueRequest(t) for t in batch], now=db.now, max_attempts=10)
-        return outcome, outcome.created
+        outcome = enqueue_jobs(conn, CARD_ANALYSIS, [EnqueueRequest(t) for t in batch], now=db.now, max_attempts=10,
+                               notify_channel=dispatcher.statement_channel)
+        return BatchWritten(outcome, outcome.created, outcome.announced)
     return write
 
 
-def test_pg_notify_payloads_arrive_when_the_jobs_commit(pg_db):
-    conn = listener(pg_db)
-    try:
-        results, report = run_in_batches(pg_db.engine, PgNotifyDispatcher(), [11, 12, 13], 2, enqueue_batch(pg_db, None))
-        created = [job for outcome in results for job in outcome.created]
-        payloads = [json.loads(n.payload) for n in conn.notifies(timeout=2, stop_after=3)]
-    finally:
-        conn.close()
+@pytest.fixture(params=PG_WRITE_PATHS)
+def pg_path_db(request, tmp_path):
+    with san_database_on_path(request.param, tmp_path) as database:
+        yield database
+
+
+def test_pg_notify_payloads_arrive_once_per_job_when_the_jobs_commit(pg_path_db):
+    dispatcher = PgNotifyDispatcher()
+    statements = []
+    event.listen(pg_path_db.engine, "before_cursor_execute", lambda conn, cursor, sql, *_: statements.append(sql))
+    with job_notifications(pg_path_db) as payloads:
+        results, report = run_in_batches(pg_path_db.engine, dispatcher, [11, 12, 13], 2, enqueue_batch(pg_path_db, dispatcher))
+    created = [job for outcome in results for job in outcome.created]
     assert report.batches == 2
+    # With the target index the enqueue statement announces the jobs itself, and the batch
+    # sends no second one (PostgreSQL would fold the duplicates, so only the statements show it).
+    in_statement = has_target_index_path(pg_path_db)
+    assert [outcome.announced for outcome in results] == [in_statement] * 2
+    notifying = [sql for sql in statements if "pg_notify" in sql]
+    assert len(notifying) == 2
+    assert all(("INSERT INTO jobs" in sql) is in_statement for sql in notifying)
     assert sorted(payloads, key=lambda p: p["job_id"]) == [
         {"job_id": job.job_id, "job_type": CARD_ANALYSIS, "target_id": job.target_id} for job in created
     ]
     assert sorted(p["target_id"] for p in payloads) == [11, 12, 13]
 
 
-def test_pg_notify_is_not_sent_when_the_batch_rolls_back(pg_db):
-    conn = listener(pg_db)
-    try:
+def test_pg_notify_is_not_sent_when_the_batch_rolls_back(pg_path_db):
+    dispatcher = PgNotifyDispatcher()
+    with job_notifications(pg_path_db) as payloads:
         with pytest.raises(RuntimeError):
-            with write_transaction(pg_db.engine) as tx:
-                PgNotifyDispatcher().announce_in_transaction(tx, [NewJob(1, CARD_ANALYSIS, 1)])
+            with write_transaction(pg_path_db.engine) as tx:
+                enqueue_batch(pg_path_db, dispatcher)(tx, [41, 42])  # the statement's own notify, if any
+                dispatcher.announce_in_transaction(tx, [NewJob(1, CARD_ANALYSIS, 1)])
                 raise RuntimeError("process died before commit")
-        assert list(conn.notifies(timeout=0.5)) == []
-    finally:
-        conn.close()
+    assert payloads == []
+    assert pg_path_db.jobs() == []
 
 
 def test_redis_stream_gets_one_entry_per_job_after_commit(san_db):
@@ -64,7 +74,8 @@ def test_redis_stream_gets_one_entry_per_job_after_commit(san_db):
     client = redis.Redis.from_url(REDIS_URL)
     try:
         results, report = run_in_batches(
-            san_db.engine, RedisStreamDispatcher(REDIS_URL, stream=stream), [21, 22], 10, enqueue_batch(san_db, None)
+            san_db.engine, RedisStreamDispatcher(REDIS_URL, stream=stream), [21, 22], 10,
+            enqueue_batch(san_db, RedisStreamDispatcher(REDIS_URL, stream=stream)),
         )
         entries = client.xrange(stream)
     finally:
@@ -78,7 +89,7 @@ def test_redis_stream_gets_one_entry_per_job_after_commit(san_db):
 
 def test_redis_down_keeps_the_jobs_and_counts_the_failures(san_db, caplog):
     dead = RedisStreamDispatcher("redis://127.0.0.1:1/0", timeout_s=0.5)
-    results, report = run_in_batches(san_db.engine, dead, [31, 32], 10, enqueue_batch(san_db, None))
+    results, report = run_in_batches(san_db.engine, dead, [31, 32], 10, enqueue_batch(san_db, dead))
     assert report.announce_failures == 2
     assert sorted(j.target_id for j in san_db.jobs()) == [31, 32]
     assert "could not announce 2 job(s)" in caplog.text

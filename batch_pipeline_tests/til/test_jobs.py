@@ -12,6 +12,7 @@ from batch_pipeline.definitions import build_definitions, defs
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.schema import TIL_GENERATION
+from batch_pipeline_tests.conftest import job_notifications
 
 SEOUL = ZoneInfo("Asia/Seoul")
 NEW_YORK = ZoneInfo("America/New_York")
@@ -55,6 +56,19 @@ def test_a_partition_run_creates_the_day_tils_and_records_them(san_db):
     assert meta["summary_ids"] == [summary.id] and meta["job_ids"] == [job.id]
     assert (job.job_type, job.target_id) == (TIL_GENERATION, summary.id)
     assert meta["day_start_utc"] == "2026-11-27T15:00:00+00:00" and meta["day_end_utc"] == "2026-11-28T15:00:00+00:00"
+
+
+def test_pg_notify_announces_every_til_job_once(pg_db):
+    # The TIL statement announces its jobs itself; the batch must not announce them again.
+    users = [pg_db.user() for _ in range(3)]
+    for user in users:
+        pg_db.scrap(user, created_at=at("2026-11-28"), card=True)
+    with job_notifications(pg_db) as payloads:
+        result, _ = run_til(pg_db, "2026-11-28", dispatcher=JobDispatcherResource(kind="pg_notify"), config={"batch_size": 2})
+    assert result.success
+    jobs = sorted((job.id, TIL_GENERATION, job.target_id) for job in pg_db.jobs())
+    assert len(jobs) == 3
+    assert sorted((p["job_id"], p["job_type"], p["target_id"]) for p in payloads) == jobs
 
 
 def test_the_schedule_fires_at_3_in_seoul_for_the_previous_day(monkeypatch):
