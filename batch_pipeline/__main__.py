@@ -1,7 +1,8 @@
 """Command line: `python -m batch_pipeline COMMAND [--database-url URL]`.
 
   create-schema    create the SAN tables in an empty database (embedded default, demos, tests)
-  create-indexes   apply the recommended indexes (idempotent; CONCURRENTLY on PostgreSQL)
+  create-indexes   apply the recommended indexes and drop superseded ones (idempotent;
+                   CONCURRENTLY on PostgreSQL)
   show-indexes     print the index DDL without running it
   seed-demo        make an empty database a sandbox with the small demo SAN state
   doctor           is the SAN database ready? tables, columns, indexes, clock skew, dispatcher
@@ -21,7 +22,7 @@ from batch_pipeline.san.database import (
 )
 from batch_pipeline.sandbox.app_schema import NotASandbox
 from batch_pipeline.san.demo import seed_demo_state
-from batch_pipeline.san.schema import create_recommended_indexes, create_schema, recommended_index_statements
+from batch_pipeline.san.schema import create_recommended_indexes, create_schema, index_statements
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         engine = create_san_engine(args.database_url)
         if args.command == "show-indexes":
-            print(";\n".join(recommended_index_statements(engine.dialect.name)) + ";")
+            print(";\n".join(index_statements(engine.dialect.name)) + ";")
             return 0
         check_connection(engine)
         if args.command == "create-schema":

@@ -14,7 +14,14 @@ from sqlalchemy import text
 
 from batch_pipeline.san.database import SanConnectionError, check_connection, create_san_engine, redacted, utc_now
 from batch_pipeline.san.dispatch import DispatcherConfigError, RedisStreamDispatcher, build_dispatcher
-from batch_pipeline.san.schema import SanSchemaError, missing_recommended_indexes, recommended_index_statements, verify_schema
+from batch_pipeline.san.schema import (
+    SanSchemaError,
+    missing_recommended_indexes,
+    recommended_index_statements,
+    superseded_index_statements,
+    superseded_indexes_present,
+    verify_schema,
+)
 from batch_pipeline.san.timezone import TimezoneConfigError, san_timezone_name
 
 # Job ages are measured against this server's clock but written with the app's (or the
@@ -70,6 +77,16 @@ def diagnose(database_url: str) -> list[Finding]:
             ))
         else:
             findings.append(Finding(True, "recommended indexes present"))
+        superseded = superseded_indexes_present(conn)
+        if superseded:
+            findings.append(Finding(
+                True,
+                "superseded indexes (replaced by newer recommended ones; they only cost the app's writes): "
+                + ", ".join(superseded),
+                "run `python -m batch_pipeline create-indexes` (it drops them once their replacements exist), or:\n      "
+                + ";\n      ".join(superseded_index_statements(conn.dialect.name, superseded)) + ";",
+                warning=True,
+            ))
         skew = (database_clock(conn) - utc_now()).total_seconds()
         findings.append(Finding(
             abs(skew) <= MAX_CLOCK_SKEW_SECONDS,

@@ -28,6 +28,15 @@ def test_missing_indexes_are_not_ready_on_postgres_and_the_fix_is_printed(pg_db,
     assert "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_san_jobs_target ON jobs (target_id, job_type) INCLUDE (status)" in report
 
 
+def test_an_index_an_earlier_release_recommended_is_pointed_out_with_its_drop(pg_db, monkeypatch):
+    create_recommended_indexes(pg_db.engine)
+    with pg_db.engine.begin() as conn:
+        conn.execute(text("CREATE INDEX ix_san_scraps_unrefined ON scraps (created_at) WHERE refined_content IS NULL"))
+    code, report = doctor(pg_db.url, monkeypatch)
+    assert code == 0 and report.endswith("ready")  # a warning: it costs the app's writes, nothing breaks
+    assert "superseded indexes" in report and "DROP INDEX CONCURRENTLY IF EXISTS ix_san_scraps_unrefined;" in report
+
+
 def test_a_missing_column_an_unknown_dispatcher_and_a_bad_zone(pg_db, monkeypatch):
     create_recommended_indexes(pg_db.engine)
     with pg_db.engine.begin() as conn:

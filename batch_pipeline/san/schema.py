@@ -128,13 +128,21 @@ RECOMMENDED_INDEXES = (
         sqlite="scraps (created_at)",
     ),
     RecommendedIndex(
-        name="ix_san_scraps_unrefined",
+        name="ix_san_scraps_unrefined_by_id",
         table="scraps",
-        why="unrefined detection reads only scraps whose refined_content is still NULL",
-        postgresql="scraps (created_at) WHERE refined_content IS NULL",
-        sqlite="scraps (created_at) WHERE refined_content IS NULL",
+        why="unrefined detection reads only scraps whose refined_content is still NULL, and the "
+        "write-time re-check probes it by id, both without reading the scraps themselves",
+        postgresql="scraps (id) INCLUDE (created_at, user_id) WHERE refined_content IS NULL",
+        sqlite="scraps (id, created_at, user_id) WHERE refined_content IS NULL",
     ),
 )
+
+# Indexes an earlier release recommended and a newer one replaces: `create-indexes` drops them
+# once their replacement exists; `doctor` and the recovery_indexes check point them out.
+SUPERSEDED_INDEXES = {
+    # keyed by created_at: the re-check could not probe it by id and read every scrap's heap page
+    "ix_san_scraps_unrefined": "ix_san_scraps_unrefined_by_id",
+}
 
 
 def recommended_index_statements(dialect_name: str) -> list[str]:
@@ -151,9 +159,20 @@ def recommended_index_statements(dialect_name: str) -> list[str]:
     return [f"CREATE INDEX IF NOT EXISTS {index.name} ON {index.sqlite}" for index in RECOMMENDED_INDEXES]
 
 
+def superseded_index_statements(dialect_name: str, names) -> list[str]:
+    concurrently = " CONCURRENTLY" if dialect_name == "postgresql" else ""
+    return [f"DROP INDEX{concurrently} IF EXISTS {name}" for name in names]
+
+
+def index_statements(dialect_name: str) -> list[str]:
+    """What `create-indexes` runs: the recommended indexes, then the drop of the superseded ones
+    (their replacements exist by then)."""
+    return recommended_index_statements(dialect_name) + superseded_index_statements(dialect_name, SUPERSEDED_INDEXES)
+
+
 def create_recommended_indexes(engine: Engine) -> list[str]:
-    """Apply the recommended indexes; safe to run again. Returns the statements it ran."""
-    statements = recommended_index_statements(engine.dialect.name)
+    """Run `index_statements`; safe to run again. Returns the statements it ran."""
+    statements = index_statements(engine.dialect.name)
     if engine.dialect.name == "postgresql":  # CONCURRENTLY cannot run inside a transaction
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             for statement in statements:
@@ -165,13 +184,24 @@ def create_recommended_indexes(engine: Engine) -> list[str]:
     return statements
 
 
-def missing_recommended_indexes(conn: Connection) -> list[RecommendedIndex]:
-    """The recommended indexes that the database does not have (by name)."""
+def _index_names(conn: Connection) -> set[str]:
     inspector = inspect(conn)
     present: set[str] = set()
     for table in {index.table for index in RECOMMENDED_INDEXES}:
         present.update(ix["name"] for ix in inspector.get_indexes(table))
+    return present
+
+
+def missing_recommended_indexes(conn: Connection) -> list[RecommendedIndex]:
+    """The recommended indexes that the database does not have (by name)."""
+    present = _index_names(conn)
     return [index for index in RECOMMENDED_INDEXES if index.name not in present]
+
+
+def superseded_indexes_present(conn: Connection) -> list[str]:
+    """Indexes of an earlier recommendation still in the database: extra write cost for the app."""
+    present = _index_names(conn)
+    return [name for name in SUPERSEDED_INDEXES if name in present]
 
 
 def create_schema(engine: Engine) -> None:

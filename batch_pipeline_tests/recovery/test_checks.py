@@ -50,6 +50,17 @@ def test_recovery_indexes_warns_with_the_exact_commands(pg_db):
     assert "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_san_jobs_target" in evaluation.metadata["create_with"].value
 
 
+def test_recovery_indexes_warns_about_a_superseded_index(pg_db):
+    create_recommended_indexes(pg_db.engine)
+    assert run_checks(pg_db, DagsterInstance.ephemeral())[("ghost_job_recovery", "recovery_indexes")].passed
+    with pg_db.engine.begin() as conn:
+        conn.execute(text("CREATE INDEX ix_san_scraps_unrefined ON scraps (created_at) WHERE refined_content IS NULL"))
+    evaluation = run_checks(pg_db, DagsterInstance.ephemeral())[("ghost_job_recovery", "recovery_indexes")]
+    assert not evaluation.passed and evaluation.severity.value == "WARN"
+    assert evaluation.metadata["superseded"].value == ["ix_san_scraps_unrefined"]
+    assert evaluation.metadata["drop_with"].value == "DROP INDEX CONCURRENTLY IF EXISTS ix_san_scraps_unrefined"
+
+
 def test_exhausted_targets_warns_once_with_the_new_ids(san_db):
     create_recommended_indexes(san_db.engine)
     instance = DagsterInstance.ephemeral()
