@@ -29,6 +29,7 @@ from batch_pipeline.san.dispatch import PG_NOTIFY_CHANNEL
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.enqueue import EnqueueRequest, batch_enqueue_statement
 from batch_pipeline.san.schema import create_recommended_indexes
+from batch_pipeline.san.sql import prefer_the_indexes
 from batch_pipeline.til.auto_generation import day_bounds, users_of_day_query
 from bench import baseline
 from bench.seed import APP_DDL, Scale, seed
@@ -171,6 +172,13 @@ def plan_shape(conn: psycopg.Connection, sql: str, params: dict) -> str:
     return ", ".join(scans)
 
 
+# The detections that set enable_seqscan themselves (when their indexes exist), as the pipeline does.
+PLANNER_SETTINGS = {
+    "ghost detection": PREFER_THE_INDEXES,
+    "orphan detection": prefer_the_indexes(ORPHAN_SCRAPS.full_sweep_prefers),
+}
+
+
 def detection_queries(now: datetime, day: date):
     engine = create_san_engine(DEFAULT_SERVER_URL)  # only its dialect, to compile; never connects
     start, end = day_bounds(day, ZONE)
@@ -279,9 +287,9 @@ def run_benchmark(scale_factor: float, server_url: str, repeats: int = 3, keep: 
         out(f"\n## {'with' if mode == 'idx' else 'without'} the recommended indexes: plan shapes")
         with server.connect(server.run_db) as conn:
             for name, sql, params in detection_queries(now, til_day):
-                with conn.transaction():  # the pipeline's own planner setting for ghost detection
-                    if name == "ghost detection":
-                        conn.execute(PREFER_THE_INDEXES.text)
+                with conn.transaction():  # the pipeline's own planner settings for its detections
+                    if name in PLANNER_SETTINGS:
+                        conn.execute(PLANNER_SETTINGS[name].text)
                     out(f"  {name:34s} {plan_shape(conn, sql, params)}")
             if mode == "idx":
                 for name, sql, params in write_batch_queries(conn, run_url, now):

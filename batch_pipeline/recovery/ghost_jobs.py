@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import pandas as pd
-from sqlalchemy import Integer, String, and_, case, cast, func, literal, or_, select, text, update
+from sqlalchemy import Integer, String, and_, case, cast, func, literal, or_, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -28,7 +28,7 @@ from batch_pipeline.san.enqueue import (
 )
 from batch_pipeline.san.frames import INT, TEXT, UTC_DATETIME, FrameSchema
 from batch_pipeline.san.schema import ACTIVE_STATUSES, FAILED, PENDING, PROCESSING, Timestamp, jobs
-from batch_pipeline.san.sql import array_of, id_in
+from batch_pipeline.san.sql import array_of, id_in, prefer_the_indexes
 
 AREA = "ghost_job_recovery"
 
@@ -109,12 +109,8 @@ def detect_stale_jobs_query(rule: GhostRule):
 # holds the active jobs, ix_san_jobs_target the attempt counts. Yet at SAN's size PostgreSQL
 # prices a bitmap scan of the active jobs (a recent tail of the table) as if they were spread
 # over every page, and at scale 10 it sometimes read all 54 M jobs instead (8.7 s, not 4.1 s;
-# docs/benchmarks.md). Without either index, turning sequential scans off would push the
-# planner to a full primary-key scan, so the setting is only used when both exist.
-PREFER_THE_INDEXES = text(
-    "SELECT set_config('enable_seqscan', 'off', true) "
-    "WHERE to_regclass('ix_san_jobs_active_created') IS NOT NULL AND to_regclass('ix_san_jobs_target') IS NOT NULL"
-)
+# docs/benchmarks.md).
+PREFER_THE_INDEXES = prefer_the_indexes(("ix_san_jobs_active_created", "ix_san_jobs_target"))
 
 
 def detect_ghost_jobs(conn: Connection, rule: GhostRule) -> pd.DataFrame:

@@ -27,6 +27,7 @@ from batch_pipeline.san.enqueue import (
 )
 from batch_pipeline.san.frames import INT, UTC_DATETIME, FrameSchema
 from batch_pipeline.san.schema import ACTIVE_STATUSES, jobs, scraps
+from batch_pipeline.san.sql import prefer_the_indexes
 
 DEFAULT_ORPHAN_MIN_AGE = timedelta(minutes=10)
 
@@ -41,6 +42,9 @@ class ScrapRecoveryRule:
     # absence of a row elsewhere: as an anti-join PostgreSQL may hash the whole other table
     # (all 20 M cards at scale 10, 3.4 s) to check the window's few hundred thousand scraps.
     needs_work_per_row: ColumnElement | None = None
+    # Indexes whose presence makes the full sweep's index plan the better one, although the
+    # planner prices it about even with sequential scans (see prefer_the_indexes).
+    full_sweep_prefers: tuple[str, ...] = ()
 
     @property
     def eligibility(self) -> Eligibility:
@@ -102,6 +106,8 @@ def detect_scraps(
     `rule.job_type` and have no active job of that type. Without a look-back this is an
     anti-join over every scrap: see docs/benchmarks.md for its cost at scale."""
     since = now - lookback if lookback else None
+    if since is None and rule.full_sweep_prefers and conn.dialect.name == "postgresql":
+        conn.execute(prefer_the_indexes(rule.full_sweep_prefers))  # transaction-local
     return rule.frame.from_rows(conn.execute(detect_query(rule, created_before=now - min_age, created_since=since)))
 
 

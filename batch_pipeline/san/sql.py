@@ -8,7 +8,7 @@ PostgreSQL one array parameter (`= ANY(:ids)`, `unnest(:ids)`) carries the whole
 
 from collections.abc import Mapping, Sequence
 
-from sqlalchemy import BigInteger, Table, TypeDecorator, any_, bindparam, func, insert, literal, select
+from sqlalchemy import BigInteger, Table, TypeDecorator, any_, bindparam, func, insert, literal, select, text
 from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
@@ -88,3 +88,12 @@ def insert_rows_statement(
         *(arrays.c[name] for name in names),
     )
     return insert(table).from_select([*constants, *names], source).returning(*(table.c[name] for name in returning))
+
+
+def prefer_the_indexes(index_names: Sequence[str]):
+    """PostgreSQL: a statement turning sequential scans off for the rest of the transaction,
+    if every index in `index_names` exists (without them it would push the planner to read a
+    whole table through some other index instead). For detection queries whose index plan the
+    planner prices about even with a full scan at SAN's size (docs/benchmarks.md)."""
+    exist = " AND ".join(f"to_regclass('{name}') IS NOT NULL" for name in index_names)
+    return text(f"SELECT set_config('enable_seqscan', 'off', true) WHERE {exist}")
