@@ -14,14 +14,7 @@ from sqlalchemy import text
 
 from batch_pipeline.san.database import SanConnectionError, check_connection, create_san_engine, redacted, utc_now
 from batch_pipeline.san.dispatch import DispatcherConfigError, RedisStreamDispatcher, build_dispatcher
-from batch_pipeline.san.schema import (
-    SanSchemaError,
-    missing_recommended_indexes,
-    recommended_index_statements,
-    superseded_index_statements,
-    superseded_indexes_present,
-    verify_schema,
-)
+from batch_pipeline.san.schema import SanSchemaError, index_advice, verify_schema
 from batch_pipeline.san.timezone import TimezoneConfigError, san_timezone_name
 
 # Job ages are measured against this server's clock but written with the app's (or the
@@ -64,27 +57,24 @@ def diagnose(database_url: str) -> list[Finding]:
         except SanSchemaError as error:
             findings.append(Finding(False, str(error), "point SAN_DATABASE_URL at the SAN database"))
             return findings
-        missing = missing_recommended_indexes(conn)
-        if missing:
-            statements = recommended_index_statements(conn.dialect.name)
-            needed = [s for s in statements if any(f" {ix.name} " in s for ix in missing)]
+        advice = index_advice(conn)
+        if advice.missing:
             small_demo = conn.dialect.name != "postgresql"  # the embedded SQLite demo is fine without
             findings.append(Finding(
                 small_demo,
-                "missing recommended indexes: " + ", ".join(ix.name for ix in missing),
-                "run `python -m batch_pipeline create-indexes`, or:\n      " + ";\n      ".join(needed) + ";",
+                "missing recommended indexes: " + ", ".join(ix.name for ix in advice.missing),
+                "run `python -m batch_pipeline create-indexes`, or:\n      " + ";\n      ".join(advice.create_with) + ";",
                 warning=small_demo,
             ))
         else:
             findings.append(Finding(True, "recommended indexes present"))
-        superseded = superseded_indexes_present(conn)
-        if superseded:
+        if advice.superseded:
             findings.append(Finding(
                 True,
                 "superseded indexes (replaced by newer recommended ones; they only cost the app's writes): "
-                + ", ".join(superseded),
+                + ", ".join(advice.superseded),
                 "run `python -m batch_pipeline create-indexes` (it drops them once their replacements exist), or:\n      "
-                + ";\n      ".join(superseded_index_statements(conn.dialect.name, superseded)) + ";",
+                + ";\n      ".join(advice.drop_with) + ";",
                 warning=True,
             ))
         skew = (database_clock(conn) - utc_now()).total_seconds()

@@ -21,14 +21,7 @@ from sqlalchemy import func, select
 from batch_pipeline.recovery import ghost_jobs, orphan_scraps, unrefined_scraps
 from batch_pipeline.san.database import read_transaction, utc_now
 from batch_pipeline.san.resources import SanDatabase
-from batch_pipeline.san.schema import (
-    JOB_STATUSES,
-    jobs,
-    missing_recommended_indexes,
-    recommended_index_statements,
-    superseded_index_statements,
-    superseded_indexes_present,
-)
+from batch_pipeline.san.schema import JOB_STATUSES, index_advice, jobs
 
 AREAS = (ghost_jobs.AREA, orphan_scraps.AREA, unrefined_scraps.AREA)
 DEFERRED_RUNS_IN_A_ROW = 3
@@ -117,20 +110,16 @@ def deferred_backlog_check(area: str):
              description="The recommended indexes exist on the SAN database; otherwise detection scans whole tables.")
 def recovery_indexes(san_database: SanDatabase) -> AssetCheckResult:
     with read_transaction(san_database.get_engine()) as conn:
-        missing = missing_recommended_indexes(conn)
-        superseded = superseded_indexes_present(conn)
-        statements = recommended_index_statements(conn.dialect.name)
-        drops = superseded_index_statements(conn.dialect.name, superseded)
-    commands = [s for s in statements if any(f" {ix.name} " in s for ix in missing)]
-    problems = (["missing: " + ", ".join(ix.name for ix in missing)] if missing else []) + (
-        ["superseded (drop once the replacement exists): " + ", ".join(superseded)] if superseded else []
+        advice = index_advice(conn)
+    problems = (["missing: " + ", ".join(ix.name for ix in advice.missing)] if advice.missing else []) + (
+        ["superseded (drop once the replacement exists): " + ", ".join(advice.superseded)] if advice.superseded else []
     )
     return AssetCheckResult(
         passed=not problems,
         severity=AssetCheckSeverity.WARN,
         description=None if not problems else "; ".join(problems) + " (or run `python -m batch_pipeline create-indexes`)",
-        metadata={"missing": [ix.name for ix in missing], "create_with": ";\n".join(commands),
-                  "superseded": superseded, "drop_with": ";\n".join(drops)},
+        metadata={"missing": [ix.name for ix in advice.missing], "create_with": ";\n".join(advice.create_with),
+                  "superseded": advice.superseded, "drop_with": ";\n".join(advice.drop_with)},
     )
 
 

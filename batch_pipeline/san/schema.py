@@ -145,18 +145,15 @@ SUPERSEDED_INDEXES = {
 }
 
 
-def recommended_index_statements(dialect_name: str) -> list[str]:
-    """The idempotent DDL for the recommended indexes on this dialect.
+def recommended_index_statements(dialect_name: str, indexes=RECOMMENDED_INDEXES) -> list[str]:
+    """The idempotent DDL for (some of) the recommended indexes on this dialect.
 
     On PostgreSQL the statements are CONCURRENTLY, so they do not block the app's writes; they
     must run outside a transaction (autocommit).
     """
     if dialect_name == "postgresql":
-        return [
-            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {index.name} ON {index.postgresql}"
-            for index in RECOMMENDED_INDEXES
-        ]
-    return [f"CREATE INDEX IF NOT EXISTS {index.name} ON {index.sqlite}" for index in RECOMMENDED_INDEXES]
+        return [f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {index.name} ON {index.postgresql}" for index in indexes]
+    return [f"CREATE INDEX IF NOT EXISTS {index.name} ON {index.sqlite}" for index in indexes]
 
 
 def superseded_index_statements(dialect_name: str, names) -> list[str]:
@@ -202,6 +199,29 @@ def superseded_indexes_present(conn: Connection) -> list[str]:
     """Indexes of an earlier recommendation still in the database: extra write cost for the app."""
     present = _index_names(conn)
     return [name for name in SUPERSEDED_INDEXES if name in present]
+
+
+@dataclass(frozen=True)
+class IndexAdvice:
+    """What `doctor` and the recovery_indexes check report: the recommended indexes missing and
+    the superseded ones present, each with the statements that fix them."""
+
+    missing: list[RecommendedIndex]
+    create_with: list[str]
+    superseded: list[str]
+    drop_with: list[str]
+
+
+def index_advice(conn: Connection) -> IndexAdvice:
+    present = _index_names(conn)  # one catalog inspection for both questions
+    missing = [index for index in RECOMMENDED_INDEXES if index.name not in present]
+    superseded = [name for name in SUPERSEDED_INDEXES if name in present]
+    return IndexAdvice(
+        missing=missing,
+        create_with=recommended_index_statements(conn.dialect.name, missing),
+        superseded=superseded,
+        drop_with=superseded_index_statements(conn.dialect.name, superseded),
+    )
 
 
 def create_schema(engine: Engine) -> None:
