@@ -15,7 +15,7 @@ from sqlalchemy.engine import make_url
 
 from batch_pipeline.definitions import defs
 from batch_pipeline.recovery.ghost_jobs import (
-    PREFER_THE_INDEXES,
+    GHOST_DETECTION_PREFERS,
     GhostRule,
     close_and_replace_statement,
     detect_stale_jobs_query,
@@ -174,7 +174,7 @@ def plan_shape(conn: psycopg.Connection, sql: str, params: dict) -> str:
 
 # The detections that set enable_seqscan themselves (when their indexes exist), as the pipeline does.
 PLANNER_SETTINGS = {
-    "ghost detection": PREFER_THE_INDEXES,
+    "ghost detection": prefer_the_indexes(GHOST_DETECTION_PREFERS),
     "orphan detection": prefer_the_indexes(ORPHAN_SCRAPS.full_sweep_prefers),
 }
 

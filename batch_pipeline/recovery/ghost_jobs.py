@@ -28,7 +28,7 @@ from batch_pipeline.san.enqueue import (
 )
 from batch_pipeline.san.frames import INT, TEXT, UTC_DATETIME, FrameSchema
 from batch_pipeline.san.schema import ACTIVE_STATUSES, FAILED, PENDING, PROCESSING, Timestamp, jobs
-from batch_pipeline.san.sql import array_of, id_in, prefer_the_indexes
+from batch_pipeline.san.sql import array_of, id_in, prefer_index_plans
 
 AREA = "ghost_job_recovery"
 
@@ -109,14 +109,13 @@ def detect_stale_jobs_query(rule: GhostRule):
 # holds the active jobs, ix_san_jobs_target the attempt counts. Yet at SAN's size PostgreSQL
 # prices a bitmap scan of the active jobs (a recent tail of the table) as if they were spread
 # over every page, and at scale 10 it sometimes read all 54 M jobs instead (8.7 s, not 4.1 s;
-# docs/benchmarks.md).
-PREFER_THE_INDEXES = prefer_the_indexes(("ix_san_jobs_active_created", "ix_san_jobs_target"))
+# docs/benchmarks.md). So detection turns sequential scans off when both indexes exist.
+GHOST_DETECTION_PREFERS = ("ix_san_jobs_active_created", "ix_san_jobs_target")
 
 
 def detect_ghost_jobs(conn: Connection, rule: GhostRule) -> pd.DataFrame:
     """Every ghost job, oldest first, with the attempts its (job_type, target_id) has had."""
-    if conn.dialect.name == "postgresql":
-        conn.execute(PREFER_THE_INDEXES)  # transaction-local
+    prefer_index_plans(conn, GHOST_DETECTION_PREFERS)  # transaction-local
     return GHOST_JOBS.from_rows(conn.execute(detect_stale_jobs_query(rule)))
 
 

@@ -25,8 +25,8 @@ ORPHAN_SCRAPS = ScrapRecoveryRule(
     needs_work_per_row=has_no_card_probe,
     # The full sweep's anti-join: PostgreSQL hashes every card's scrap_id, which spills to
     # disk at SAN's size (2 M ids at scale 1); merging the two primary/unique key indexes in
-    # id order needs no hash (1.8 -> 1.15 s at scale 1). Both are the app's own; only the
-    # per-candidate job probes need ix_san_jobs_target.
+    # id order needs no hash (detect_orphan_scraps 1.92 -> 1.36 s at scale 1, docs/benchmarks.md).
+    # Both are the app's own; only the per-candidate job probes need ix_san_jobs_target.
     full_sweep_prefers=("ix_san_jobs_target",),
     frame=scrap_frame("OrphanScraps", "Scraps with no knowledge card and no active CARD_ANALYSIS job."),
 )

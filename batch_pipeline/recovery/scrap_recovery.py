@@ -27,7 +27,7 @@ from batch_pipeline.san.enqueue import (
 )
 from batch_pipeline.san.frames import INT, UTC_DATETIME, FrameSchema
 from batch_pipeline.san.schema import ACTIVE_STATUSES, jobs, scraps
-from batch_pipeline.san.sql import prefer_the_indexes
+from batch_pipeline.san.sql import prefer_index_plans
 
 DEFAULT_ORPHAN_MIN_AGE = timedelta(minutes=10)
 
@@ -106,8 +106,8 @@ def detect_scraps(
     `rule.job_type` and have no active job of that type. Without a look-back this is an
     anti-join over every scrap: see docs/benchmarks.md for its cost at scale."""
     since = now - lookback if lookback else None
-    if since is None and rule.full_sweep_prefers and conn.dialect.name == "postgresql":
-        conn.execute(prefer_the_indexes(rule.full_sweep_prefers))  # transaction-local
+    if since is None:
+        prefer_index_plans(conn, rule.full_sweep_prefers)  # transaction-local
     return rule.frame.from_rows(conn.execute(detect_query(rule, created_before=now - min_age, created_since=since)))
 
 

@@ -181,26 +181,6 @@ def create_recommended_indexes(engine: Engine) -> list[str]:
     return statements
 
 
-def _index_names(conn: Connection) -> set[str]:
-    inspector = inspect(conn)
-    present: set[str] = set()
-    for table in {index.table for index in RECOMMENDED_INDEXES}:
-        present.update(ix["name"] for ix in inspector.get_indexes(table))
-    return present
-
-
-def missing_recommended_indexes(conn: Connection) -> list[RecommendedIndex]:
-    """The recommended indexes that the database does not have (by name)."""
-    present = _index_names(conn)
-    return [index for index in RECOMMENDED_INDEXES if index.name not in present]
-
-
-def superseded_indexes_present(conn: Connection) -> list[str]:
-    """Indexes of an earlier recommendation still in the database: extra write cost for the app."""
-    present = _index_names(conn)
-    return [name for name in SUPERSEDED_INDEXES if name in present]
-
-
 @dataclass(frozen=True)
 class IndexAdvice:
     """What `doctor` and the recovery_indexes check report: the recommended indexes missing and
@@ -213,7 +193,10 @@ class IndexAdvice:
 
 
 def index_advice(conn: Connection) -> IndexAdvice:
-    present = _index_names(conn)  # one catalog inspection for both questions
+    """Which recommended indexes the database lacks and which superseded ones it still has (by
+    name): one catalog inspection for both questions."""
+    inspector = inspect(conn)
+    present = {ix["name"] for table in {index.table for index in RECOMMENDED_INDEXES} for ix in inspector.get_indexes(table)}
     missing = [index for index in RECOMMENDED_INDEXES if index.name not in present]
     superseded = [name for name in SUPERSEDED_INDEXES if name in present]
     return IndexAdvice(

@@ -97,3 +97,10 @@ def prefer_the_indexes(index_names: Sequence[str]):
     planner prices about even with a full scan at SAN's size (docs/benchmarks.md)."""
     exist = " AND ".join(f"to_regclass('{name}') IS NOT NULL" for name in index_names)
     return text(f"SELECT set_config('enable_seqscan', 'off', true) WHERE {exist}")
+
+
+def prefer_index_plans(conn: Connection, index_names: Sequence[str]) -> None:
+    """Run `prefer_the_indexes(index_names)` in this transaction, on PostgreSQL (SQLite has no
+    such setting); nothing when no indexes are named."""
+    if index_names and conn.dialect.name == "postgresql":
+        conn.execute(prefer_the_indexes(index_names))

@@ -10,7 +10,7 @@ from batch_pipeline.san.database import (
     SanConnectionError, WriteLimits, check_connection, create_san_engine, read_transaction, write_transaction,
 )
 from batch_pipeline.san.schema import (
-    SanSchemaError, create_recommended_indexes, missing_recommended_indexes, verify_schema,
+    SanSchemaError, verify_schema,
 )
 from batch_pipeline_tests.conftest import APP_DDL, PgSchema
 
@@ -48,15 +48,6 @@ def test_missing_table_and_column_are_named(pg_db):
         verify_schema(conn)
     assert "column 'jobs.retry_of_job_id' is missing" in str(error.value)
     assert "table 'daily_summaries' is missing" in str(error.value)
-
-
-def test_recommended_indexes_are_idempotent(san_db):
-    with san_db.engine.connect() as conn:
-        assert len(missing_recommended_indexes(conn)) == 4  # the app's DDL has none of them
-    create_recommended_indexes(san_db.engine)
-    create_recommended_indexes(san_db.engine)  # again: nothing happens
-    with san_db.engine.connect() as conn:
-        assert missing_recommended_indexes(conn) == []
 
 
 def test_batch_pipeline_schema_on_postgres_verifies():

@@ -7,8 +7,7 @@ from batch_pipeline.san.schema import (
     RECOMMENDED_INDEXES,
     SUPERSEDED_INDEXES,
     create_recommended_indexes,
-    missing_recommended_indexes,
-    superseded_indexes_present,
+    index_advice,
 )
 
 EARLIER_UNREFINED_INDEX = "CREATE INDEX ix_san_scraps_unrefined ON scraps (created_at) WHERE refined_content IS NULL"
@@ -24,7 +23,7 @@ def test_create_indexes_replaces_the_superseded_index_and_can_run_again(san_db):
     with san_db.engine.begin() as conn:  # a database set up by an earlier release
         conn.execute(text(EARLIER_UNREFINED_INDEX))
     with san_db.engine.connect() as conn:
-        assert superseded_indexes_present(conn) == ["ix_san_scraps_unrefined"]
+        assert index_advice(conn).superseded == ["ix_san_scraps_unrefined"]
     ran = create_recommended_indexes(san_db.engine)
     assert ran[-1].startswith("DROP INDEX") and ran[-1].endswith("IF EXISTS ix_san_scraps_unrefined")
     names = index_names(san_db)
@@ -32,4 +31,14 @@ def test_create_indexes_replaces_the_superseded_index_and_can_run_again(san_db):
     assert not set(SUPERSEDED_INDEXES) & names
     create_recommended_indexes(san_db.engine)  # idempotent
     with san_db.engine.connect() as conn:
-        assert missing_recommended_indexes(conn) == [] and superseded_indexes_present(conn) == []
+        advice = index_advice(conn)
+        assert advice.missing == [] and advice.superseded == []
+
+
+def test_recommended_indexes_are_idempotent(san_db):
+    with san_db.engine.connect() as conn:
+        assert len(index_advice(conn).missing) == 4  # the app's DDL has none of them
+    create_recommended_indexes(san_db.engine)
+    create_recommended_indexes(san_db.engine)  # again: nothing happens
+    with san_db.engine.connect() as conn:
+        assert index_advice(conn).missing == []
