@@ -72,6 +72,17 @@ class SanDb:
                 conn.execute(insert(knowledge_cards).values(scrap_id=scrap_id, user_id=user_id, created_at=created_at))
         return scrap_id
 
+    def summary(self, user_id: int, created_at: datetime | None = None, content: str | None = None,
+                target_date=None) -> int:
+        """A daily summary; content None: its TIL was never written."""
+        created_at = created_at or self.ago(days=1)
+        with self.engine.begin() as conn:
+            return conn.execute(
+                insert(daily_summaries).values(
+                    user_id=user_id, target_date=target_date or created_at.date(), content=content, created_at=created_at,
+                ).returning(daily_summaries.c.id)
+            ).scalar_one()
+
     def card(self, scrap_id: int, user_id: int, created_at: datetime | None = None) -> None:
         with self.engine.begin() as conn:
             conn.execute(insert(knowledge_cards).values(scrap_id=scrap_id, user_id=user_id, created_at=created_at or self.now))

@@ -23,8 +23,11 @@ def test_the_code_location_loads_as_dagster_dev_loads_it():
 def test_definitions_expose_the_job_assets_and_resources():
     assert defs.resolve_job_def("recovery_job").tags["batch_pipeline/concurrency"] == "recovery_job"
     specs = {spec.key.to_user_string(): spec for spec in defs.resolve_all_asset_specs()}
-    for area in ("ghost_job_recovery", "orphan_scrap_recovery", "orphan_scrap_refine_recovery"):
+    for area in ("ghost_job_recovery", "orphan_scrap_recovery", "orphan_scrap_refine_recovery", "til_generation_recovery"):
         assert specs[area].group_name == "san_recovery" and specs[area].description
+    # descriptions are built from the design's defaults, not prose copies of them
+    assert "PENDING > 30 min / PROCESSING > 60 min" in specs["ghost_job_recovery"].description
+    assert "extension of the design" in specs["til_generation_recovery"].description
 
 
 def test_recovery_schedule_runs_every_two_hours_in_seoul_by_default(monkeypatch):

@@ -1,8 +1,8 @@
 """Asset checks on the recovery assets, run after every recovery run (see sensors.py).
 
-- ghost_backlog       no job stale for more than twice its threshold: recovery keeps up (ERROR)
-- exhausted_targets   targets that reached max_attempts since the previous run (WARN, with ids)
-- deferred_backlog    work deferred by the per-run cap more than 3 runs in a row (WARN)
+- ghost_backlog       no job stale for more than BACKLOG_FACTOR x its threshold: recovery keeps up (ERROR)
+- exhausted_targets   targets that reached max_attempts since the previous run (WARN, with ids), per recovery
+- deferred_backlog    work deferred by the per-run cap more than DEFERRED_RUNS_IN_A_ROW runs in a row (WARN), per recovery
 - recovery_indexes    the recommended indexes exist on the SAN database (WARN, with the DDL)
 - unknown_job_statuses  jobs whose status is none of PENDING/PROCESSING/COMPLETED/FAILED (WARN)
 """
@@ -18,12 +18,16 @@ from dagster import (
 )
 from sqlalchemy import func, select
 
-from batch_pipeline.recovery import ghost_jobs, orphan_scraps, unrefined_scraps
+from batch_pipeline.recovery import ghost_jobs
+from batch_pipeline.recovery.plan import minutes
+from batch_pipeline.recovery.registry import AREAS
 from batch_pipeline.san.database import read_transaction, utc_now
 from batch_pipeline.san.resources import SanDatabase
 from batch_pipeline.san.schema import JOB_STATUSES, index_advice, jobs
 
-AREAS = (ghost_jobs.AREA, orphan_scraps.AREA, unrefined_scraps.AREA)
+# The backlog limit, as a multiple of the run's thresholds: a job stale for longer has been
+# missed by at least one run (the period is 2 h, the thresholds 30 and 60 min).
+BACKLOG_FACTOR = 2
 DEFERRED_RUNS_IN_A_ROW = 3
 ID_SAMPLE = 100
 
@@ -35,19 +39,21 @@ def recent_audits(context: AssetCheckExecutionContext, area: str, limit: int) ->
 
 
 def backlog_rule(audit: dict | None) -> ghost_jobs.GhostRule:
-    """Twice the thresholds the latest run used (the design's defaults before any run)."""
+    """BACKLOG_FACTOR x the thresholds the latest run used (the design's defaults before any run)."""
     used = (audit or {}).get("thresholds", {})
-    pending = used.get("stale_pending_after_minutes", ghost_jobs.DEFAULT_STALE_PENDING_AFTER.total_seconds() / 60)
-    processing = used.get("stale_processing_after_minutes", ghost_jobs.DEFAULT_STALE_PROCESSING_AFTER.total_seconds() / 60)
+    pending = used.get("stale_pending_after_minutes", minutes(ghost_jobs.STALE_PENDING_AFTER))
+    processing = used.get("stale_processing_after_minutes", minutes(ghost_jobs.STALE_PROCESSING_AFTER))
     return ghost_jobs.GhostRule(
         now=utc_now(),
-        stale_pending_after=2 * timedelta(minutes=pending),
-        stale_processing_after=2 * timedelta(minutes=processing),
+        stale_pending_after=BACKLOG_FACTOR * timedelta(minutes=pending),
+        stale_processing_after=BACKLOG_FACTOR * timedelta(minutes=processing),
     )
 
 
 @asset_check(asset=ghost_jobs.AREA, name="ghost_backlog",
-             description="No job has been stale for more than twice its threshold (60 min PENDING, 120 min PROCESSING by default).")
+             description=f"No job has been stale for more than {BACKLOG_FACTOR} x its threshold ("
+             f"{BACKLOG_FACTOR * minutes(ghost_jobs.STALE_PENDING_AFTER)} min PENDING, "
+             f"{BACKLOG_FACTOR * minutes(ghost_jobs.STALE_PROCESSING_AFTER)} min PROCESSING by default).")
 def ghost_backlog(context: AssetCheckExecutionContext, san_database: SanDatabase) -> AssetCheckResult:
     audits = recent_audits(context, ghost_jobs.AREA, 1)
     rule = backlog_rule(audits[0] if audits else None)
@@ -57,7 +63,7 @@ def ghost_backlog(context: AssetCheckExecutionContext, san_database: SanDatabase
     return AssetCheckResult(
         passed=count == 0,
         severity=AssetCheckSeverity.ERROR,
-        description=None if count == 0 else f"{count} jobs stale for more than twice the threshold: recovery is not keeping up",
+        description=None if count == 0 else f"{count} jobs stale for more than {BACKLOG_FACTOR} x the threshold: recovery is not keeping up",
         metadata={
             "stale_beyond_twice_threshold": count,
             "job_ids": sample,

@@ -5,16 +5,19 @@ Every job type is covered, TIL_GENERATION included. A PROCESSING job's age runs 
 `started_at`, or from `updated_at` when a worker never set `started_at`.
 """
 
+from __future__ import annotations
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 import pandas as pd
 from sqlalchemy import Integer, String, and_, case, cast, func, literal, or_, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
-from batch_pipeline.recovery.plan import RecoveryPolicy, RecoveryReport, plan_recovery
+from batch_pipeline.recovery.plan import RecoveryPolicy, RecoveryReport, minutes, plan_recovery
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.enqueue import (
     OUTCOME_COLUMNS,
@@ -30,11 +33,15 @@ from batch_pipeline.san.frames import INT, TEXT, UTC_DATETIME, FrameSchema
 from batch_pipeline.san.schema import ACTIVE_STATUSES, FAILED, PENDING, PROCESSING, Timestamp, jobs
 from batch_pipeline.san.sql import array_of, id_in, prefer_index_plans
 
+if TYPE_CHECKING:
+    from batch_pipeline.recovery.config import RecoveryConfig
+
 AREA = "ghost_job_recovery"
 
-# The design's thresholds.
-DEFAULT_STALE_PENDING_AFTER = timedelta(minutes=30)
-DEFAULT_STALE_PROCESSING_AFTER = timedelta(minutes=60)
+# The design's thresholds: a worker takes a job right after its event, so 30 minutes in PENDING
+# means the event was lost; 1 hour in PROCESSING is above the AI server's call-timeout ceiling.
+STALE_PENDING_AFTER = timedelta(minutes=30)
+STALE_PROCESSING_AFTER = timedelta(minutes=60)
 
 GHOST_JOBS = FrameSchema(
     name="GhostJobs",
@@ -55,8 +62,8 @@ class GhostRule:
     """The rule as cut-off instants for one run."""
 
     now: datetime
-    stale_pending_after: timedelta = DEFAULT_STALE_PENDING_AFTER
-    stale_processing_after: timedelta = DEFAULT_STALE_PROCESSING_AFTER
+    stale_pending_after: timedelta = STALE_PENDING_AFTER
+    stale_processing_after: timedelta = STALE_PROCESSING_AFTER
 
     @property
     def pending_cutoff(self) -> datetime:
@@ -292,3 +299,45 @@ def recover_ghost_jobs(
     report.batches = batches.batches
     report.announce_failures = batches.announce_failures
     return report
+
+
+@dataclass(frozen=True)
+class GhostJobRecovery:
+    """Ghost-job recovery as the registry sees it: the same face as a TargetRecovery."""
+
+    area: str = AREA
+    name: str = "ghost_jobs"
+    id_key: str = "job_id"
+    frame: FrameSchema = GHOST_JOBS
+    extension: bool = False
+
+    @property
+    def rule_text(self) -> str:
+        return (f"jobs PENDING > {minutes(STALE_PENDING_AFTER)} min / PROCESSING > "
+                f"{minutes(STALE_PROCESSING_AFTER)} min -> mark FAILED + enqueue again")
+
+    @property
+    def detect_description(self) -> str:
+        return (f"Jobs stuck in PENDING (default > {minutes(STALE_PENDING_AFTER)} min, by created_at) or "
+                f"PROCESSING (default > {minutes(STALE_PROCESSING_AFTER)} min, by started_at), with their attempts.")
+
+    @property
+    def recover_description(self) -> str:
+        return "Close each ghost as FAILED and enqueue its replacement, in one transaction per batch."
+
+    @property
+    def asset_description(self) -> str:
+        return (f"Ghost {self.rule_text}. Metadata: counts per run and the failed -> new job id pairs.")
+
+    def rule(self, settings: RecoveryConfig, now: datetime) -> GhostRule:
+        return GhostRule(now, settings.stale_pending_after, settings.stale_processing_after)
+
+    def detect(self, conn: Connection, settings: RecoveryConfig, now: datetime) -> pd.DataFrame:
+        return detect_ghost_jobs(conn, self.rule(settings, now))
+
+    def recover(self, engine: Engine, dispatcher: Dispatcher, candidates: pd.DataFrame, settings: RecoveryConfig,
+                now: datetime) -> RecoveryReport:
+        return recover_ghost_jobs(engine, dispatcher, candidates, self.rule(settings, now), settings.policy)
+
+
+GHOST_JOB_RECOVERY = GhostJobRecovery()

@@ -1,20 +1,32 @@
-"""What the three recoveries share after detection: poison cap, per-run cap and the report."""
+"""What every recovery shares after detection: poison cap, per-run cap and the report."""
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import pandas as pd
 
 from batch_pipeline.san.audit import capped_ids
-from batch_pipeline.san.database import WriteLimits
+from batch_pipeline.san.database import BATCH_SIZE, WriteLimits
+
+# A (job_type, target_id) with this many jobs gets no new one: a poison target (a scrap the AI
+# always fails on) must not be retried every run forever. 0 = unlimited.
+MAX_ATTEMPTS = 10
+# New jobs per area and run, oldest first: a backlog after an outage must not stampede the AI server.
+MAX_ENQUEUE_PER_RUN = 5_000
+
+
+def minutes(delta: timedelta) -> int:
+    """A threshold in whole minutes, as the run config and the descriptions give it."""
+    return int(delta.total_seconds() // 60)
 
 
 @dataclass(frozen=True)
 class RecoveryPolicy:
-    """How much one run may do, shared by the three recoveries (defaults are the design's)."""
+    """How much one run may do, shared by every recovery."""
 
-    max_attempts: int = 10  # poison cap per (job_type, target_id); 0 = unlimited
-    max_enqueue_per_run: int = 5_000  # new jobs per area and run
-    batch_size: int = 5_000  # rows per write transaction
+    max_attempts: int = MAX_ATTEMPTS  # poison cap per (job_type, target_id); 0 = unlimited
+    max_enqueue_per_run: int = MAX_ENQUEUE_PER_RUN  # new jobs per area and run
+    batch_size: int = BATCH_SIZE  # rows per write transaction
     dry_run: bool = False
     limits: WriteLimits = WriteLimits()
 

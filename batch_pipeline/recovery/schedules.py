@@ -6,6 +6,7 @@ from dagster import DefaultScheduleStatus, ScheduleDefinition
 from dagster._utils.schedules import is_valid_cron_string
 
 from batch_pipeline.recovery.jobs import recovery_job
+from batch_pipeline.recovery.registry import RECOVERIES
 
 RECOVERY_CRON = "0 */2 * * *"
 
@@ -24,5 +25,5 @@ def recovery_schedule(timezone: str) -> ScheduleDefinition:
         cron_schedule=recovery_cron(),
         execution_timezone=timezone,
         default_status=DefaultScheduleStatus.RUNNING,
-        description="runRecovery(): ghost jobs, orphan scraps, unrefined scraps, every 2 hours.",
+        description=f"runRecovery() ({recovery_cron()}): " + ", ".join(r.area for r in RECOVERIES) + ", in that order.",
     )

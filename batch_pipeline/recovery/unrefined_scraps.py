@@ -5,16 +5,17 @@ This is the case nothing else covers: a SCRAP_REFINE job that vanished. A stuck 
 ghost job; a re-scrapped source is re-enqueued by the app itself.
 """
 
-from batch_pipeline.recovery.scrap_recovery import ScrapRecoveryRule, scrap_frame
+from batch_pipeline.recovery.targets import TargetRecovery
 from batch_pipeline.san.schema import SCRAP_REFINE, scraps
 
-AREA = "orphan_scrap_refine_recovery"
-
-is_unrefined = scraps.c.refined_content.is_(None)
-
-UNREFINED_SCRAPS = ScrapRecoveryRule(
-    area=AREA,
+UNREFINED_SCRAPS = TargetRecovery(
+    area="orphan_scrap_refine_recovery",
+    name="unrefined_scraps",
+    table=scraps,
     job_type=SCRAP_REFINE,
-    needs_work=is_unrefined,
-    frame=scrap_frame("UnrefinedScraps", "Scraps with refined_content NULL and no active SCRAP_REFINE job."),
+    needs_work=scraps.c.refined_content.is_(None),
+    needs_work_text="with refined_content NULL",
+    id_key="scrap_id",
+    frame_name="UnrefinedScraps",
+    uses_scrap_lookback=True,
 )

@@ -3,14 +3,18 @@
 from dagster import Config
 from pydantic import Field
 
-from batch_pipeline.san.database import WriteLimits
+from batch_pipeline.san.database import BATCH_SIZE, LOCK_TIMEOUT_MS, STATEMENT_TIMEOUT_MS, WriteLimits
+
+MAX_BATCH_SIZE = 50_000
 
 
 class WriteConfig(Config):
-    batch_size: int = Field(default=5_000, gt=0, le=50_000, description="Rows per write transaction.")
-    lock_timeout_ms: int = Field(default=5_000, gt=0, description="PostgreSQL lock_timeout for detection and each write batch.")
+    batch_size: int = Field(default=BATCH_SIZE, gt=0, le=MAX_BATCH_SIZE, description="Rows per write transaction.")
+    lock_timeout_ms: int = Field(
+        default=LOCK_TIMEOUT_MS, gt=0, description="PostgreSQL lock_timeout for detection and each write batch."
+    )
     statement_timeout_ms: int = Field(
-        default=120_000, gt=0, description="PostgreSQL statement_timeout for detection and each write batch."
+        default=STATEMENT_TIMEOUT_MS, gt=0, description="PostgreSQL statement_timeout for detection and each write batch."
     )
     dry_run: bool = Field(default=False, description="Detect and report; write nothing.")
 

@@ -22,6 +22,12 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 # both decide that a (job_type, target_id) has no active job.
 WRITE_LOCK_KEY = 0x53414E4241544348
 
+# Rows per write transaction: small enough that a batch holds its locks briefly, large enough
+# that a round trip is amortised (docs/benchmarks.md, "batch size").
+BATCH_SIZE = 5_000
+LOCK_TIMEOUT_MS = 5_000
+STATEMENT_TIMEOUT_MS = 120_000
+
 
 class SanConnectionError(RuntimeError):
     """SAN_DATABASE_URL is malformed, names an unsupported database, or cannot be reached."""
@@ -119,8 +125,8 @@ class WriteLimits:
     """Bounds for one transaction (detection or a write batch), so a locked or busy table is
     reported, never waited on forever."""
 
-    lock_timeout_ms: int = 5_000
-    statement_timeout_ms: int = 120_000
+    lock_timeout_ms: int = LOCK_TIMEOUT_MS
+    statement_timeout_ms: int = STATEMENT_TIMEOUT_MS
 
 
 def _bound_waits(conn: Connection, limits: WriteLimits) -> None:

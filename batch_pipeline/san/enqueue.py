@@ -116,6 +116,16 @@ def enqueue_jobs(
     return outcome
 
 
+def enqueue_batch(
+    conn: Connection, job_type: str, requests: Sequence[EnqueueRequest], *, now: datetime, max_attempts: int,
+    eligibility: Eligibility | None = None, notify_channel: str | None = None,
+) -> "BatchWritten[EnqueueOutcome]":
+    """`enqueue_jobs` as one batch of `run_in_batches`."""
+    outcome = enqueue_jobs(conn, job_type, requests, now=now, max_attempts=max_attempts, eligibility=eligibility,
+                           notify_channel=notify_channel)
+    return BatchWritten(outcome, outcome.created, outcome.announced)
+
+
 def has_target_index(conn: Connection) -> bool:
     """Whether ix_san_jobs_target exists (cached per database connection).
 

@@ -135,6 +135,14 @@ RECOMMENDED_INDEXES = (
         postgresql="scraps (id) INCLUDE (created_at, user_id) WHERE refined_content IS NULL",
         sqlite="scraps (id, created_at, user_id) WHERE refined_content IS NULL",
     ),
+    RecommendedIndex(
+        name="ix_san_daily_summaries_unwritten_by_id",
+        table="daily_summaries",
+        why="unwritten-TIL detection reads only summaries whose content is still NULL, and the "
+        "write-time re-check probes it by id, both without reading the summaries themselves",
+        postgresql="daily_summaries (id) INCLUDE (created_at, user_id) WHERE content IS NULL",
+        sqlite="daily_summaries (id, created_at, user_id) WHERE content IS NULL",
+    ),
 )
 
 # Indexes an earlier release recommended and a newer one replaces: `create-indexes` drops them

@@ -21,7 +21,7 @@ from sqlalchemy import and_, exists, func, select, text
 from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.recovery import ghost_jobs, orphan_scraps, unrefined_scraps
-from batch_pipeline.recovery.scrap_recovery import has_active_job
+from batch_pipeline.recovery.targets import has_active_job
 from batch_pipeline.sandbox.app import save_scraps
 from batch_pipeline.sandbox.app_schema import init_sandbox
 from batch_pipeline.sandbox.faults import Faults
@@ -112,7 +112,7 @@ def unmet_needs(conn: Connection, poison: set[int]) -> tuple[int, int, int]:
     has_card = exists().where(knowledge_cards.c.scrap_id == scraps.c.id)
     rows = conn.execute(
         select(scraps.c.id, scraps.c.refined_content.is_(None), ~has_card,
-               has_active_job(SCRAP_REFINE), has_active_job(CARD_ANALYSIS))
+               has_active_job(SCRAP_REFINE, scraps), has_active_job(CARD_ANALYSIS, scraps))
         .where((scraps.c.refined_content.is_(None)) | ~has_card)
     ).all()
     needs = without_job = unhealthy = 0

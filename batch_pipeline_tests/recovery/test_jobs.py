@@ -9,13 +9,12 @@ from sqlalchemy import text
 
 from batch_pipeline.definitions import defs
 from batch_pipeline.recovery.config import RecoveryConfig
+from batch_pipeline.recovery.registry import AREAS
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
-from batch_pipeline.san.schema import CARD_ANALYSIS, FAILED, PENDING, PROCESSING, SCRAP_REFINE
+from batch_pipeline.san.schema import CARD_ANALYSIS, FAILED, PENDING, PROCESSING, SCRAP_REFINE, TIL_GENERATION
 from batch_pipeline_tests.conftest import PG_WRITE_PATHS, job_notifications, san_database_on_path
-
-AREAS = ["ghost_job_recovery", "orphan_scrap_recovery", "orphan_scrap_refine_recovery"]
 
 
 def run_recovery(db, instance=None, config=None, dispatcher=None, url=None):
@@ -45,11 +44,14 @@ def broken_state(db):
     orphan = db.scrap(user, created_at=db.ago(hours=3))
     unrefined = db.scrap(user, created_at=db.ago(hours=3), refined=False, card=True)
     db.scrap(user, created_at=db.ago(hours=3), card=True)  # healthy
-    return ghost, ghost_scrap, orphan, unrefined
+    unwritten = db.summary(user, created_at=db.ago(hours=3))  # its TIL_GENERATION failed
+    db.job(TIL_GENERATION, unwritten, FAILED, created_at=db.ago(hours=3))
+    db.summary(user, created_at=db.ago(hours=3), content="TIL")  # healthy
+    return ghost, ghost_scrap, orphan, unrefined, unwritten
 
 
 def test_recovery_job_heals_every_area_and_records_the_audit_trail(san_db):
-    ghost, ghost_scrap, orphan, unrefined = broken_state(san_db)
+    ghost, ghost_scrap, orphan, unrefined, unwritten = broken_state(san_db)
     result, instance = run_recovery(san_db)
     assert result.success
 
@@ -69,7 +71,13 @@ def test_recovery_job_heals_every_area_and_records_the_audit_trail(san_db):
     refine_meta = latest_metadata(instance, "orphan_scrap_refine_recovery")
     assert [p["scrap_id"] for p in refine_meta["recovered"]] == [unrefined]
     assert refine_meta["dry_run"] is False
-    assert len(san_db.jobs(status=PENDING)) == 3
+
+    til_meta = latest_metadata(instance, "til_generation_recovery")
+    [pair] = til_meta["recovered"]
+    assert pair["summary_id"] == unwritten and til_meta["thresholds"]["orphan_min_age_minutes"] == 10
+    new = san_db.get_job(pair["new_job_id"])
+    assert (new.job_type, new.target_id, new.status) == (TIL_GENERATION, unwritten, PENDING)
+    assert len(san_db.jobs(status=PENDING)) == 4
 
 
 def test_a_run_that_finds_nothing_records_zeros(san_db):
@@ -87,6 +95,7 @@ def test_steps_run_in_the_design_order(san_db):
     assert order == [
         "check_san_database", "detect_ghost_jobs", "recover_ghost_jobs", "detect_orphan_scraps",
         "recover_orphan_scraps", "detect_unrefined_scraps", "recover_unrefined_scraps",
+        "detect_unwritten_tils", "recover_unwritten_tils",
     ]
 
 
@@ -182,7 +191,7 @@ def test_pg_notify_is_the_default_on_postgres_and_announces_every_new_job_once(p
         )
     assert result.success
     created = sorted((j.id, j.job_type, j.target_id) for j in pg_path_db.jobs(status=PENDING))
-    assert len(created) == 4  # two ghosts' replacements, the orphan's, the unrefined scrap's
+    assert len(created) == 5  # two ghosts' replacements, the orphan's, the unrefined scrap's, the TIL's
     assert sorted((p["job_id"], p["job_type"], p["target_id"]) for p in payloads) == created
 
 

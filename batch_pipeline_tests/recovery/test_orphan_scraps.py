@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import text
 
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
-from batch_pipeline.recovery.scrap_recovery import detect_scraps, recover_scraps
+from batch_pipeline.recovery.targets import detect_targets, recover_targets
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.enqueue import has_target_index
 from batch_pipeline.san.schema import CARD_ANALYSIS
@@ -19,7 +19,7 @@ def test_only_scraps_without_a_card_are_orphans(san_db):
     orphan = san_db.scrap(user, card=False)
     unrefined_orphan = san_db.scrap(user, card=False, refined=False)
     with san_db.engine.connect() as conn:
-        found = detect_scraps(conn, ORPHAN_SCRAPS, now=san_db.now)
+        found = detect_targets(conn, ORPHAN_SCRAPS, now=san_db.now)
     assert sorted(found["scrap_id"].tolist()) == sorted([orphan, unrefined_orphan])
     assert with_card not in found["scrap_id"].tolist()
 
@@ -29,9 +29,9 @@ def test_a_card_made_between_detection_and_write_is_not_re_enqueued(san_db):
     late = san_db.scrap(user)
     still = san_db.scrap(user)
     with san_db.engine.connect() as conn:
-        found = detect_scraps(conn, ORPHAN_SCRAPS, now=san_db.now)
+        found = detect_targets(conn, ORPHAN_SCRAPS, now=san_db.now)
     san_db.card(late, user)  # a worker, in between
-    report = recover_scraps(
+    report = recover_targets(
         san_db.engine, Dispatcher(), ORPHAN_SCRAPS, found, now=san_db.now, thresholds={},
     )
     assert report.skipped_by_race == 1
@@ -51,10 +51,10 @@ def test_the_full_sweep_prefers_the_key_indexes_only_with_the_target_index(pg_pa
     with pg_path_db.engine.connect() as conn:
         indexed = has_target_index(conn)
     with pg_path_db.engine.begin() as conn:
-        assert detect_scraps(conn, ORPHAN_SCRAPS, now=pg_path_db.now)["scrap_id"].tolist() == [orphan]
+        assert detect_targets(conn, ORPHAN_SCRAPS, now=pg_path_db.now)["scrap_id"].tolist() == [orphan]
         assert conn.execute(text("SHOW enable_seqscan")).scalar() == ("off" if indexed else "on")
     with pg_path_db.engine.begin() as conn:  # transaction-local, and not for a look-back window
         assert conn.execute(text("SHOW enable_seqscan")).scalar() == "on"
-        found = detect_scraps(conn, ORPHAN_SCRAPS, now=pg_path_db.now, lookback=timedelta(hours=48))
+        found = detect_targets(conn, ORPHAN_SCRAPS, now=pg_path_db.now, lookback=timedelta(hours=48))
         assert found["scrap_id"].tolist() == [orphan]
         assert conn.execute(text("SHOW enable_seqscan")).scalar() == "on"

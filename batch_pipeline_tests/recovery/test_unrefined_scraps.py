@@ -2,7 +2,7 @@
 
 from sqlalchemy import update
 
-from batch_pipeline.recovery.scrap_recovery import detect_scraps, recover_scraps
+from batch_pipeline.recovery.targets import detect_targets, recover_targets
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.schema import SCRAP_REFINE, scraps
@@ -13,7 +13,7 @@ def test_only_scraps_without_refined_content_are_unrefined(san_db):
     san_db.scrap(user, refined=True, card=False)
     unrefined = san_db.scrap(user, refined=False, card=True)
     with san_db.engine.connect() as conn:
-        assert detect_scraps(conn, UNREFINED_SCRAPS, now=san_db.now)["scrap_id"].tolist() == [unrefined]
+        assert detect_targets(conn, UNREFINED_SCRAPS, now=san_db.now)["scrap_id"].tolist() == [unrefined]
 
 
 def test_a_scrap_refined_between_detection_and_write_is_not_re_enqueued(san_db):
@@ -21,10 +21,10 @@ def test_a_scrap_refined_between_detection_and_write_is_not_re_enqueued(san_db):
     late = san_db.scrap(user, refined=False)
     still = san_db.scrap(user, refined=False)
     with san_db.engine.connect() as conn:
-        found = detect_scraps(conn, UNREFINED_SCRAPS, now=san_db.now)
+        found = detect_targets(conn, UNREFINED_SCRAPS, now=san_db.now)
     with san_db.engine.begin() as conn:  # a worker, in between
         conn.execute(update(scraps).where(scraps.c.id == late).values(refined_content="done"))
-    report = recover_scraps(
+    report = recover_targets(
         san_db.engine, Dispatcher(), UNREFINED_SCRAPS, found, now=san_db.now, thresholds={},
     )
     assert report.skipped_by_race == 1

@@ -1,4 +1,5 @@
-"""What orphan and unrefined recovery share, tested for both rules."""
+"""What every "target needs work + no active job" recovery shares, tested for each one in the
+registry (orphan scraps, unrefined scraps, unwritten TILs)."""
 
 import threading
 from datetime import timedelta
@@ -6,29 +7,47 @@ from datetime import timedelta
 import pytest
 
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
-from batch_pipeline.recovery.plan import RecoveryPolicy
-from batch_pipeline.recovery.scrap_recovery import detect_scraps, recover_scraps
+from batch_pipeline.recovery.plan import MAX_ATTEMPTS, MAX_ENQUEUE_PER_RUN, RecoveryPolicy
+from batch_pipeline.recovery.registry import RECOVERIES
+from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE, TargetRecovery, detect_targets, recover_targets
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
+from batch_pipeline.recovery.unwritten_tils import UNWRITTEN_TILS
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.schema import COMPLETED, FAILED, PENDING, PROCESSING
 
-RULES = pytest.mark.parametrize("rule", [ORPHAN_SCRAPS, UNREFINED_SCRAPS], ids=["orphan", "unrefined"])
+TARGET_RECOVERIES = [recovery for recovery in RECOVERIES if isinstance(recovery, TargetRecovery)]
+RULES = pytest.mark.parametrize("rule", TARGET_RECOVERIES, ids=[r.name for r in TARGET_RECOVERIES])
+SCRAP_RULES = pytest.mark.parametrize("rule", [ORPHAN_SCRAPS, UNREFINED_SCRAPS], ids=["orphan", "unrefined"])
+
+
+def test_every_target_recovery_of_the_registry_is_tested_here():
+    assert TARGET_RECOVERIES == [ORPHAN_SCRAPS, UNREFINED_SCRAPS, UNWRITTEN_TILS]
 
 
 def needy_scrap(db, rule, user, **kwargs):
-    """A scrap that needs `rule.job_type`: no card for orphan, unrefined for refine."""
+    """A target that needs `rule.job_type`: a scrap with no card (orphan), a scrap not refined
+    (unrefined), a summary with no content (unwritten TIL)."""
     if rule is ORPHAN_SCRAPS:
         return db.scrap(user, card=False, refined=True, **kwargs)
-    return db.scrap(user, card=True, refined=False, **kwargs)
+    if rule is UNREFINED_SCRAPS:
+        return db.scrap(user, card=True, refined=False, **kwargs)
+    return db.summary(user, **kwargs)
 
 
-def detect(db, rule, min_age=timedelta(minutes=10)):
+def healthy_target(db, rule, user, **kwargs):
+    if rule is UNWRITTEN_TILS:
+        return db.summary(user, content="TIL", **kwargs)
+    return db.scrap(user, card=True, refined=True, **kwargs)
+
+
+def detect(db, rule, min_age=ORPHAN_MIN_AGE):
     with db.engine.connect() as conn:
-        return detect_scraps(conn, rule, now=db.now, min_age=min_age)
+        return detect_targets(conn, rule, now=db.now, min_age=min_age)
 
 
-def recover(db, rule, candidates, max_attempts=10, max_enqueue_per_run=5000, batch_size=1000, dry_run=False):
-    return recover_scraps(
+def recover(db, rule, candidates, max_attempts=MAX_ATTEMPTS, max_enqueue_per_run=MAX_ENQUEUE_PER_RUN, batch_size=1000,
+            dry_run=False):
+    return recover_targets(
         db.engine, Dispatcher(), rule, candidates, now=db.now, thresholds={},
         policy=RecoveryPolicy(max_attempts=max_attempts, max_enqueue_per_run=max_enqueue_per_run, batch_size=batch_size, dry_run=dry_run),
     )
@@ -37,10 +56,11 @@ def recover(db, rule, candidates, max_attempts=10, max_enqueue_per_run=5000, bat
 @RULES
 def test_grace_period_leaves_young_scraps_alone(san_db, rule):
     user = san_db.user()
-    young = needy_scrap(san_db, rule, user, created_at=san_db.ago(minutes=9))
-    old = needy_scrap(san_db, rule, user, created_at=san_db.ago(minutes=11))
-    assert detect(san_db, rule)["scrap_id"].tolist() == [old]
-    assert young in detect(san_db, rule, min_age=timedelta(minutes=5))["scrap_id"].tolist()
+    young = needy_scrap(san_db, rule, user, created_at=san_db.now - ORPHAN_MIN_AGE + timedelta(minutes=1))
+    old = needy_scrap(san_db, rule, user, created_at=san_db.now - ORPHAN_MIN_AGE - timedelta(minutes=1))
+    healthy_target(san_db, rule, user, created_at=san_db.ago(hours=1))
+    assert detect(san_db, rule)[rule.id_key].tolist() == [old]
+    assert young in detect(san_db, rule, min_age=ORPHAN_MIN_AGE / 2)[rule.id_key].tolist()
 
 
 @RULES
@@ -53,14 +73,14 @@ def test_an_active_job_belongs_to_ghost_recovery(san_db, rule):
     san_db.job(rule.job_type, processing, PROCESSING, created_at=san_db.ago(hours=5), started_at=san_db.ago(hours=5))
     san_db.job(rule.job_type, only_history, FAILED, created_at=san_db.ago(hours=5))
     san_db.job(rule.job_type, only_history, COMPLETED, created_at=san_db.ago(hours=4))
-    # an active job of the *other* type does not count
+    # an active job of another type does not count
     other_type = next(t for t in ("CARD_ANALYSIS", "SCRAP_REFINE") if t != rule.job_type)
     other = needy_scrap(san_db, rule, user)
     san_db.job(other_type, other, PENDING)
 
     found = detect(san_db, rule)
-    assert sorted(found["scrap_id"].tolist()) == sorted([only_history, other])
-    assert found.set_index("scrap_id").loc[only_history, "attempts"] == 2
+    assert sorted(found[rule.id_key].tolist()) == sorted([only_history, other])
+    assert found.set_index(rule.id_key).loc[only_history, "attempts"] == 2
 
 
 @RULES
@@ -69,10 +89,10 @@ def test_recovery_enqueues_one_pending_job_per_scrap(san_db, rule):
     ids = [needy_scrap(san_db, rule, user, created_at=san_db.ago(hours=h)) for h in (3, 2, 1)]
     report = recover(san_db, rule, detect(san_db, rule))
     assert report.detected == report.enqueued == 3
-    assert [pair["scrap_id"] for pair in report.recovered] == ids  # oldest first
+    assert [pair[rule.id_key] for pair in report.recovered] == ids  # oldest first
     for pair in report.recovered:
         job = san_db.get_job(pair["new_job_id"])
-        assert (job.job_type, job.target_id, job.status, job.retry_of_job_id) == (rule.job_type, pair["scrap_id"], PENDING, None)
+        assert (job.job_type, job.target_id, job.status, job.retry_of_job_id) == (rule.job_type, pair[rule.id_key], PENDING, None)
     assert detect(san_db, rule).empty
 
 
@@ -85,7 +105,7 @@ def test_poison_cap_reports_exhausted_and_enqueues_nothing(san_db, rule):
         san_db.job(rule.job_type, poison, FAILED, created_at=san_db.ago(hours=5))
     report = recover(san_db, rule, detect(san_db, rule), max_attempts=3)
     assert report.exhausted == 1 and report.exhausted_ids == [poison]
-    assert [pair["scrap_id"] for pair in report.recovered] == [healthy]
+    assert [pair[rule.id_key] for pair in report.recovered] == [healthy]
     assert len(san_db.jobs(target_id=poison)) == 3
     assert recover(san_db, rule, detect(san_db, rule), max_attempts=0).enqueued == 1  # 0 = unlimited
 
@@ -125,14 +145,14 @@ def test_two_overlapping_runs_enqueue_each_scrap_once(san_db, rule):
     assert sum(r.enqueued for r in reports) == 8 and sum(r.skipped_by_race for r in reports) == 8
 
 
-@RULES
+@SCRAP_RULES
 def test_a_look_back_window_limits_detection_to_recent_scraps(san_db, rule):
     user = san_db.user()
     old = needy_scrap(san_db, rule, user, created_at=san_db.ago(hours=49))
     recent = needy_scrap(san_db, rule, user, created_at=san_db.ago(hours=47))
     san_db.scrap(user, card=True, refined=True, created_at=san_db.ago(hours=1))  # recent, nothing missing
     with san_db.engine.connect() as conn:
-        windowed = detect_scraps(conn, rule, now=san_db.now, lookback=timedelta(hours=48))
-        full = detect_scraps(conn, rule, now=san_db.now)
-    assert windowed["scrap_id"].tolist() == [recent]
-    assert full["scrap_id"].tolist() == [old, recent]
+        windowed = detect_targets(conn, rule, now=san_db.now, lookback=timedelta(hours=48))
+        full = detect_targets(conn, rule, now=san_db.now)
+    assert windowed[rule.id_key].tolist() == [recent]
+    assert full[rule.id_key].tolist() == [old, recent]

@@ -1,0 +1,205 @@
+"""The mechanism of every recovery but the ghost jobs: a target row still needs the work of one
+job type and has no active job of that type -> enqueue that job for it.
+
+A recovery of this shape is a declaration (`TargetRecovery`): the target table, the "needs
+work" predicate, the job type, the frame's columns and the report's keys are data. The rules
+themselves live in orphan_scraps.py, unrefined_scraps.py and unwritten_tils.py; they stay
+separate recoveries, with their own assets, because the design keeps their nature and policy
+apart even where the mechanics are the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+import pandas as pd
+from sqlalchemy import Table, and_, exists, func, select
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql.elements import ColumnElement
+
+from batch_pipeline.recovery.plan import RecoveryPolicy, RecoveryReport, minutes, plan_recovery
+from batch_pipeline.san.dispatch import Dispatcher
+from batch_pipeline.san.enqueue import Eligibility, EnqueueRequest, enqueue_batch, run_in_batches
+from batch_pipeline.san.frames import INT, UTC_DATETIME, FrameSchema
+from batch_pipeline.san.schema import ACTIVE_STATUSES, jobs
+from batch_pipeline.san.sql import prefer_index_plans
+
+if TYPE_CHECKING:
+    from batch_pipeline.recovery.config import RecoveryConfig
+
+# The design's grace: a target younger than this may still be getting its job from the app.
+ORPHAN_MIN_AGE = timedelta(minutes=10)
+
+
+@dataclass(frozen=True)
+class TargetRecovery:
+    """One recovery of the shape "target needs work + no active job -> enqueue(job_type)"."""
+
+    area: str  # the asset key of its audit trail
+    name: str  # its ops are detect_<name> and recover_<name>
+    table: Table  # the target table; jobs.target_id is its id
+    job_type: str  # the job that does the missing work
+    needs_work: ColumnElement  # a condition on `table`: the work is still missing
+    needs_work_text: str  # the same, in words, for descriptions: "with no knowledge card"
+    id_key: str  # the target's id in the frame and the audit trail: "scrap_id", "summary_id"
+    frame_name: str
+    # Columns of `table` carried into the frame, besides the id and the grace column.
+    carried_columns: tuple[str, ...] = ("user_id",)
+    grace_column: str = "created_at"  # younger than the grace: left alone
+    # Whether `scrap_lookback_hours` applies (a created_at index range instead of a full sweep).
+    uses_scrap_lookback: bool = False
+    # The same condition as a probe per row, for look-back windows, when needs_work is the
+    # absence of a row elsewhere: as an anti-join PostgreSQL may hash the whole other table.
+    needs_work_per_row: ColumnElement | None = None
+    # Indexes whose presence makes the full sweep's index plan the better one, although the
+    # planner prices it about even with sequential scans (see san.sql.prefer_the_indexes).
+    full_sweep_prefers: tuple[str, ...] = ()
+    extension: bool = False  # this project's addition to the design, not one of its services
+    frame: FrameSchema = field(init=False)
+
+    def __post_init__(self):
+        columns = {self.id_key: INT, **{name: INT for name in self.carried_columns},
+                   self.grace_column: UTC_DATETIME, "attempts": INT}
+        object.__setattr__(self, "frame", FrameSchema(self.frame_name, self.detect_description, columns))
+
+    # -- descriptions, built from the declaration -------------------------------------------
+    @property
+    def rule_text(self) -> str:
+        return f"{self.table.name} {self.needs_work_text} + no active {self.job_type} job -> enqueue({self.job_type})"
+
+    @property
+    def detect_description(self) -> str:
+        return (f"Rows of {self.table.name} {self.needs_work_text} and no active {self.job_type} job, older "
+                f"than the grace (orphan_min_age_minutes, default {minutes(ORPHAN_MIN_AGE)} min).")
+
+    @property
+    def recover_description(self) -> str:
+        return f"Enqueue {self.job_type} for the detected {self.table.name}, oldest first, in bounded batches."
+
+    @property
+    def asset_description(self) -> str:
+        extension = " (batch_pipeline's extension of the design)" if self.extension else ""
+        return (f"{self.rule_text}{extension}. Metadata: counts per run and the {self.id_key} -> new job ids.")
+
+    @property
+    def eligibility(self) -> Eligibility:
+        """The write-time re-check: the target still needs the work."""
+        return Eligibility(self.table, self.needs_work)
+
+    # -- what the Dagster ops call -----------------------------------------------------------
+    def detect(self, conn: Connection, settings: RecoveryConfig, now: datetime) -> pd.DataFrame:
+        lookback = settings.scrap_lookback if self.uses_scrap_lookback else None
+        return detect_targets(conn, self, now=now, min_age=settings.orphan_min_age, lookback=lookback)
+
+    def recover(self, engine: Engine, dispatcher: Dispatcher, candidates: pd.DataFrame, settings: RecoveryConfig,
+                now: datetime) -> RecoveryReport:
+        thresholds = {"orphan_min_age_minutes": settings.orphan_min_age_minutes}
+        if self.uses_scrap_lookback:
+            thresholds["scrap_lookback_hours"] = settings.scrap_lookback_hours
+        return recover_targets(engine, dispatcher, self, candidates, now=now, thresholds=thresholds,
+                               policy=settings.policy)
+
+
+def has_active_job(job_type: str, table: Table) -> ColumnElement:
+    """A job of `job_type` for the current row of `table` is PENDING or PROCESSING."""
+    return exists().where(
+        jobs.c.job_type == job_type, jobs.c.target_id == table.c.id, jobs.c.status.in_(ACTIVE_STATUSES)
+    )
+
+
+def detect_query(recovery: TargetRecovery, created_before: datetime, created_since: datetime | None = None):
+    # Targets with an active job belong to ghost-job recovery: this boundary keeps the two
+    # recoveries from handling the same target twice. Targets younger than the grace period
+    # may still be getting their job from the app.
+    table = recovery.table
+    grace = table.c[recovery.grace_column]
+    window = [grace < created_before]
+    needs_work = recovery.needs_work
+    if created_since is not None:  # a look-back window: an index range instead of a full sweep
+        window.append(grace >= created_since)
+        if recovery.needs_work_per_row is not None:
+            needs_work = recovery.needs_work_per_row
+    candidates = (
+        select(table.c.id.label(recovery.id_key), *(table.c[name] for name in recovery.carried_columns), grace)
+        .where(needs_work, ~has_active_job(recovery.job_type, table), *window)
+        .cte("candidates")
+    )
+    attempt = jobs.alias("attempt")
+    target = candidates.c[recovery.id_key]
+    return (
+        select(candidates, func.count(attempt.c.target_id).label("attempts"))
+        .select_from(
+            candidates.outerjoin(attempt, and_(attempt.c.target_id == target, attempt.c.job_type == recovery.job_type))
+        )
+        .group_by(*candidates.c)
+        .order_by(candidates.c[recovery.grace_column], target)
+    )
+
+
+def detect_targets(
+    conn: Connection,
+    recovery: TargetRecovery,
+    *,
+    now: datetime,
+    min_age: timedelta = ORPHAN_MIN_AGE,
+    lookback: timedelta | None = None,
+) -> pd.DataFrame:
+    """Targets older than `min_age` (and, with a `lookback`, younger than it) that need
+    `recovery.job_type` and have no active job of that type. Without a look-back this is an
+    anti-join over the whole table: see docs/benchmarks.md for its cost at scale."""
+    since = now - lookback if lookback else None
+    if since is None:
+        prefer_index_plans(conn, recovery.full_sweep_prefers)  # transaction-local
+    query = detect_query(recovery, created_before=now - min_age, created_since=since)
+    return recovery.frame.from_rows(conn.execute(query))
+
+
+def recover_targets(
+    engine: Engine,
+    dispatcher: Dispatcher,
+    recovery: TargetRecovery,
+    candidates: pd.DataFrame,
+    *,
+    now: datetime,
+    thresholds: dict,
+    policy: RecoveryPolicy = RecoveryPolicy(),
+) -> RecoveryReport:
+    """Enqueue `recovery.job_type` for the detected targets, oldest first, in bounded batches."""
+    key = recovery.id_key
+    plan = plan_recovery(candidates, oldest_first_by=[recovery.grace_column, key], policy=policy)
+    report = RecoveryReport(
+        area=recovery.area,
+        dry_run=policy.dry_run,
+        thresholds={**thresholds, **policy.caps()},
+        detected=len(candidates),
+        exhausted=len(plan.exhausted),
+        exhausted_ids=plan.exhausted[key].tolist(),
+        deferred=len(plan.deferred),
+        deferred_ids=plan.deferred[key].tolist(),
+    )
+    if policy.dry_run:
+        return report
+
+    to_enqueue = plan.to_enqueue[key].tolist()
+    results, batches = run_in_batches(
+        engine, dispatcher, to_enqueue, policy.batch_size,
+        # Re-checked at write time: a worker may have done the work since detection.
+        lambda conn, ids: enqueue_batch(conn, recovery.job_type, [EnqueueRequest(i) for i in ids], now=now,
+                                        max_attempts=policy.max_attempts, eligibility=recovery.eligibility,
+                                        notify_channel=dispatcher.statement_channel),
+        policy.limits,
+    )
+    created = [job for outcome in results for job in outcome.created]
+    # Reached the cap between detection and write (another run enqueued and it failed since).
+    late_exhausted = [target for outcome in results for target in outcome.exhausted]
+    report.exhausted += len(late_exhausted)
+    report.exhausted_ids += late_exhausted
+    report.enqueued = len(created)
+    report.skipped_by_race = len(to_enqueue) - len(created) - len(late_exhausted)
+    report.recovered = [{key: job.target_id, "new_job_id": job.job_id} for job in created]
+    report.batches = batches.batches
+    report.announce_failures = batches.announce_failures
+    return report
