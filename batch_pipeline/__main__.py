@@ -4,7 +4,6 @@
   create-indexes   apply the recommended indexes and drop superseded ones (idempotent;
                    CONCURRENTLY on PostgreSQL)
   show-indexes     print the index DDL without running it
-  seed-demo        make an empty database a sandbox with the small demo SAN state
   doctor           is the SAN database ready? tables, columns, indexes, clock skew, dispatcher
 """
 
@@ -20,15 +19,13 @@ from batch_pipeline.san.database import (
     embedded_database_url,
     redacted,
 )
-from batch_pipeline.sandbox.app_schema import NotASandbox
-from batch_pipeline.san.demo import seed_demo_state
 from batch_pipeline.san.schema import create_recommended_indexes, create_schema, index_statements
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m batch_pipeline", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["create-schema", "create-indexes", "show-indexes", "seed-demo", "doctor"])
+    parser.add_argument("command", choices=["create-schema", "create-indexes", "show-indexes", "doctor"])
     parser.add_argument(
         "--database-url",
         default=os.environ.get("SAN_DATABASE_URL") or embedded_database_url(),
@@ -50,10 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             for statement in create_recommended_indexes(engine):
                 print(f"{statement};")
             print(f"recommended indexes present at {redacted(engine.url)}")
-        elif args.command == "seed-demo":
-            made = seed_demo_state(engine)
-            print(f"demo state {'seeded: ' + str(made) if made else 'already present'} at {redacted(engine.url)}")
-    except (SanConnectionError, NotASandbox) as error:
+    except SanConnectionError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy import func, insert, select, text
 from sqlalchemy.engine import Engine, make_url
 
+from batch_pipeline.sandbox.app_schema import APP_DDL
 from batch_pipeline.san.database import create_san_engine, utc_now
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.enqueue import has_target_index
@@ -26,7 +27,6 @@ from batch_pipeline.san.schema import (
     COMPLETED, PENDING, create_recommended_indexes, create_schema, daily_summaries, jobs, knowledge_cards, scraps, users,
 )
 
-APP_DDL = Path(__file__).parent / "san_app_schema.sql"
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 

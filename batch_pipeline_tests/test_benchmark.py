@@ -4,14 +4,20 @@ the pipeline changes exactly the rows the raw-SQL baseline changes. No timing is
 import re
 import uuid
 
+from batch_pipeline.recovery.registry import AREAS, RECOVERIES
+from bench import baseline
 from bench.runner import run_benchmark
 from batch_pipeline_tests.conftest import pg_admin_url
+
+
+def test_the_baseline_has_one_statement_per_recovery_of_the_registry():
+    assert list(baseline.RECOVERY_SQL) == list(AREAS)
 
 
 def test_benchmark_runs_and_pipeline_matches_the_baseline():
     lines = []
     figures = run_benchmark(0.01, pg_admin_url(), repeats=1, out=lines.append, prefix=f"bp_bench_{uuid.uuid4().hex[:8]}")
-    for area in ("ghost_job_recovery", "orphan_scrap_recovery", "orphan_scrap_refine_recovery"):
+    for area in AREAS:
         assert figures.rows[f"pipeline {area}"] == figures.rows[f"baseline {area}"] > 0
     assert figures.rows["pipeline til jobs"] == figures.rows["baseline til jobs"] > 0
     # at this toy scale the fixed overhead can exceed a run, so a ratio may be negative
@@ -31,7 +37,8 @@ def test_only_indexed_skips_the_no_index_template_and_its_runs():
     assert "without the recommended indexes" not in text and "with the recommended indexes" in text
     # the write batches' plans too: per-target index probes, never a scan of a whole table
     write_plans = {line.split("write batch")[0].strip(): line for line in lines if "write batch" in line}
-    assert set(write_plans) == {"ghost", "orphan", "unrefined"}
-    # the unrefined re-check reads the partial index by id, not the scraps themselves
-    assert "Index Only Scan scraps(ix_san_scraps_unrefined_by_id)" in write_plans["unrefined"]
+    assert set(write_plans) == {recovery.name for recovery in RECOVERIES}
+    # the unrefined and unwritten-TIL re-checks read their partial index by id, not the rows themselves
+    assert "Index Only Scan scraps(ix_san_scraps_unrefined_by_id)" in write_plans["unrefined_scraps"]
+    assert "Index Only Scan daily_summaries(ix_san_daily_summaries_unwritten_by_id)" in write_plans["unwritten_tils"]
     assert "Seq Scan" not in "".join(write_plans.values())

@@ -55,3 +55,25 @@ def test_dagster_yaml_queues_recovery_runs_one_at_a_time(tmp_path):
     with DagsterInstance.from_config(str(tmp_path)) as instance:
         limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
     assert {"key": "batch_pipeline/concurrency", "value": "recovery_job", "limit": 1} in limits
+
+
+def test_the_product_never_imports_the_sandbox():
+    # The code location, its CLI and the doctor run against production databases; the sandbox
+    # (which rewrites timestamps and plays workers) must not even be loaded there.
+    import subprocess
+    import sys
+
+    probe = ("import sys, batch_pipeline.definitions, batch_pipeline.__main__, batch_pipeline.doctor; "
+             "print(sorted(m for m in sys.modules if m.startswith('batch_pipeline.sandbox')))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]"
+
+
+def test_an_embedded_default_that_was_never_made_names_the_command_that_makes_it(tmp_path, monkeypatch):
+    from dagster import Failure
+
+    from batch_pipeline.san.resources import SanDatabase
+
+    monkeypatch.setenv("SAN_DATA_DIR", str(tmp_path))
+    with pytest.raises(Failure, match="make run"):
+        SanDatabase().open_verified()

@@ -38,11 +38,11 @@ WITH stale AS (
 
 # Attempts as a join + GROUP BY over the candidates: with the index PostgreSQL probes it per
 # candidate, without it one hash join replaces a scan of jobs per candidate.
-SCRAP_RECOVERY = """
+TARGET_RECOVERY = """
 WITH candidates AS (
-    SELECT s.id FROM scraps s
-    WHERE s.created_at < %(grace_cutoff)s AND {needs_work}
-      AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.target_id = s.id AND j.job_type = CAST(%(job_type)s AS varchar)
+    SELECT t.id FROM {table} t
+    WHERE t.created_at < %(grace_cutoff)s AND {needs_work}
+      AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.target_id = t.id AND j.job_type = CAST(%(job_type)s AS varchar)
                       AND j.status IN ('PENDING', 'PROCESSING'))
 ), attempts AS (
     SELECT a.target_id, count(*) AS n FROM jobs a JOIN candidates c ON a.target_id = c.id
@@ -54,8 +54,10 @@ WITH candidates AS (
     WHERE coalesce(a.n, 0) < %(max_attempts)s
     RETURNING id, job_type, target_id
 )""" + ANNOUNCE
-ORPHAN_RECOVERY = SCRAP_RECOVERY.format(needs_work="NOT EXISTS (SELECT 1 FROM knowledge_cards k WHERE k.scrap_id = s.id)")
-UNREFINED_RECOVERY = SCRAP_RECOVERY.format(needs_work="s.refined_content IS NULL")
+ORPHAN_RECOVERY = TARGET_RECOVERY.format(
+    table="scraps", needs_work="NOT EXISTS (SELECT 1 FROM knowledge_cards k WHERE k.scrap_id = t.id)")
+UNREFINED_RECOVERY = TARGET_RECOVERY.format(table="scraps", needs_work="t.refined_content IS NULL")
+UNWRITTEN_TIL_RECOVERY = TARGET_RECOVERY.format(table="daily_summaries", needs_work="t.content IS NULL")
 
 TIL_GENERATION = """
 WITH active AS (
@@ -72,8 +74,10 @@ WITH active AS (
     RETURNING id, job_type, target_id
 )""" + ANNOUNCE
 
-RECOVERY_AREAS = [
-    ("ghost_job_recovery", GHOST_RECOVERY, {}),
-    ("orphan_scrap_recovery", ORPHAN_RECOVERY, {"job_type": "CARD_ANALYSIS"}),
-    ("orphan_scrap_refine_recovery", UNREFINED_RECOVERY, {"job_type": "SCRAP_REFINE"}),
-]
+# One statement per recovery of the registry, keyed by its area (a test keeps the two in step).
+RECOVERY_SQL = {
+    "ghost_job_recovery": (GHOST_RECOVERY, {}),
+    "orphan_scrap_recovery": (ORPHAN_RECOVERY, {"job_type": "CARD_ANALYSIS"}),
+    "orphan_scrap_refine_recovery": (UNREFINED_RECOVERY, {"job_type": "SCRAP_REFINE"}),
+    "til_generation_recovery": (UNWRITTEN_TIL_RECOVERY, {"job_type": "TIL_GENERATION"}),
+}

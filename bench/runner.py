@@ -13,17 +13,21 @@ import psycopg
 from dagster import AssetKey, DagsterInstance
 from sqlalchemy.engine import make_url
 
+from sqlalchemy import select
+
 from batch_pipeline.definitions import defs
 from batch_pipeline.recovery.ghost_jobs import (
     GHOST_DETECTION_PREFERS,
+    STALE_PENDING_AFTER,
+    STALE_PROCESSING_AFTER,
     GhostRule,
     close_and_replace_statement,
     detect_stale_jobs_query,
 )
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
-from batch_pipeline.recovery.plan import RecoveryPolicy
-from batch_pipeline.recovery.scrap_recovery import detect_query
-from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
+from batch_pipeline.recovery.plan import MAX_ATTEMPTS
+from batch_pipeline.recovery.registry import RECOVERIES
+from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE, TargetRecovery, detect_query
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.dispatch import PG_NOTIFY_CHANNEL
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
@@ -37,7 +41,8 @@ from bench.seed import APP_DDL, Scale, seed
 DEFAULT_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DEFAULT_PREFIX = "san_bench"  # databases {prefix}_template_noidx, _template_idx, _run, _empty
 ZONE = "Asia/Seoul"
-AREAS = [area for area, _, _ in baseline.RECOVERY_AREAS]
+AREAS = [recovery.area for recovery in RECOVERIES]
+TARGET_RECOVERIES = [recovery for recovery in RECOVERIES if isinstance(recovery, TargetRecovery)]
 # Per-run caps lifted for the measurement; the rules are the design's defaults.
 LIFTED = {"max_enqueue_per_run": 100_000_000}
 
@@ -174,8 +179,8 @@ def plan_shape(conn: psycopg.Connection, sql: str, params: dict) -> str:
 
 # The detections that set enable_seqscan themselves (when their indexes exist), as the pipeline does.
 PLANNER_SETTINGS = {
-    "ghost detection": prefer_the_indexes(GHOST_DETECTION_PREFERS),
-    "orphan detection": prefer_the_indexes(ORPHAN_SCRAPS.full_sweep_prefers),
+    "ghost_jobs detection": prefer_the_indexes(GHOST_DETECTION_PREFERS),
+    **{f"{r.name} detection": prefer_the_indexes(r.full_sweep_prefers) for r in TARGET_RECOVERIES if r.full_sweep_prefers},
 }
 
 
@@ -183,12 +188,11 @@ def detection_queries(now: datetime, day: date):
     engine = create_san_engine(DEFAULT_SERVER_URL)  # only its dialect, to compile; never connects
     start, end = day_bounds(day, ZONE)
     queries = {
-        "ghost detection": detect_stale_jobs_query(GhostRule(now=now)),
-        "orphan detection": detect_query(ORPHAN_SCRAPS, created_before=now - timedelta(minutes=10)),
-        "orphan detection, 48 h look-back": detect_query(
-            ORPHAN_SCRAPS, created_before=now - timedelta(minutes=10), created_since=now - timedelta(hours=48)
+        "ghost_jobs detection": detect_stale_jobs_query(GhostRule(now=now)),
+        **{f"{r.name} detection": detect_query(r, created_before=now - ORPHAN_MIN_AGE) for r in TARGET_RECOVERIES},
+        "orphan_scraps detection, 48 h look-back": detect_query(
+            ORPHAN_SCRAPS, created_before=now - ORPHAN_MIN_AGE, created_since=now - timedelta(hours=48)
         ),
-        "unrefined detection": detect_query(UNREFINED_SCRAPS, created_before=now - timedelta(minutes=10)),
         "TIL active users": users_of_day_query(start, end),
     }
     for name, query in queries.items():
@@ -198,33 +202,38 @@ def detection_queries(now: datetime, day: date):
 
 # A sample batch per write statement, for its plan: the write ops' probes must stay per-target
 # index lookups (a join the planner turns into a hash over a whole table grows with the table).
-WRITE_BATCH_SAMPLES = {
-    "ghost write batch": "SELECT id FROM jobs WHERE status IN ('PENDING', 'PROCESSING') AND created_at < %(cutoff)s "
-                         "ORDER BY created_at LIMIT 5000",
-    "orphan write batch": "SELECT s.id FROM scraps s WHERE NOT EXISTS "
-                          "(SELECT 1 FROM knowledge_cards k WHERE k.scrap_id = s.id) LIMIT 5000",
-    "unrefined write batch": "SELECT id FROM scraps WHERE refined_content IS NULL LIMIT 5000",
-}
+SAMPLE_BATCH = 5_000
+GHOST_SAMPLE = ("SELECT id FROM jobs WHERE status IN ('PENDING', 'PROCESSING') AND created_at < %(cutoff)s "
+                f"ORDER BY created_at LIMIT {SAMPLE_BATCH}")
+
+
+def sample_ids(conn: psycopg.Connection, engine, recovery, now: datetime) -> list[int]:
+    """A batch of ids the recovery would write for: stale jobs, or targets that need work."""
+    if not isinstance(recovery, TargetRecovery):
+        return [row[0] for row in conn.execute(GHOST_SAMPLE, {"cutoff": now - STALE_PENDING_AFTER})]
+    compiled = (select(recovery.table.c.id).where(recovery.needs_work).limit(SAMPLE_BATCH)
+                .compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True}))
+    return [row[0] for row in conn.execute(str(compiled))]
 
 
 def write_batch_queries(conn: psycopg.Connection, url: str, now: datetime):
-    """The write statements of one 5,000-row batch each, on PostgreSQL with ix_san_jobs_target
-    (compiled only: EXPLAIN without ANALYZE writes nothing)."""
+    """The write statements of one 5,000-row batch per recovery, on PostgreSQL with
+    ix_san_jobs_target (compiled only: EXPLAIN without ANALYZE writes nothing)."""
     engine = create_san_engine(url)
     try:
         with engine.connect() as sa_conn:
-            statements, max_attempts = {}, RecoveryPolicy().max_attempts
-            for name, sample in WRITE_BATCH_SAMPLES.items():
-                ids = [row[0] for row in conn.execute(sample, {"cutoff": now - timedelta(minutes=30)})]
-                if name.startswith("ghost"):
-                    statements[name] = close_and_replace_statement(
-                        sa_conn, ids, GhostRule(now=now), max_attempts, PG_NOTIFY_CHANNEL
+            statements = {}
+            for recovery in RECOVERIES:
+                ids = sample_ids(conn, engine, recovery, now)
+                name = f"{recovery.name} write batch"
+                if isinstance(recovery, TargetRecovery):
+                    statements[name] = batch_enqueue_statement(
+                        recovery.job_type, [EnqueueRequest(i) for i in ids], now, MAX_ATTEMPTS, recovery.eligibility,
+                        PG_NOTIFY_CHANNEL,
                     )
                 else:
-                    rule = ORPHAN_SCRAPS if name.startswith("orphan") else UNREFINED_SCRAPS
-                    statements[name] = batch_enqueue_statement(
-                        rule.job_type, [EnqueueRequest(i) for i in ids], now, max_attempts, rule.eligibility,
-                        PG_NOTIFY_CHANNEL,
+                    statements[name] = close_and_replace_statement(
+                        sa_conn, ids, GhostRule(now=now), MAX_ATTEMPTS, PG_NOTIFY_CHANNEL
                     )
             for name, statement in statements.items():
                 compiled = statement.compile(dialect=engine.dialect, compile_kwargs={"render_postcompile": True})
@@ -350,12 +359,13 @@ def app_write_cost(server: Server, template: str) -> dict:
 def _baseline_recovery(server, template, figures, mode, now, restores):
     restores.append(server.create(server.run_db, template=template))
     params = {
-        "now": now, "pending_cutoff": now - timedelta(minutes=30), "processing_cutoff": now - timedelta(minutes=60),
-        "grace_cutoff": now - timedelta(minutes=10), "max_attempts": 10,
+        "now": now, "pending_cutoff": now - STALE_PENDING_AFTER, "processing_cutoff": now - STALE_PROCESSING_AFTER,
+        "grace_cutoff": now - ORPHAN_MIN_AGE, "max_attempts": MAX_ATTEMPTS,
     }
     total = 0.0
     with server.connect(server.run_db) as conn:
-        for area, sql, extra in baseline.RECOVERY_AREAS:
+        for area in AREAS:  # in the registry's order, as recovery_job runs them
+            sql, extra = baseline.RECOVERY_SQL[area]
             started = time.perf_counter()
             rows = conn.execute(sql, {**params, **extra}).fetchone()[0]
             elapsed = time.perf_counter() - started
@@ -373,9 +383,9 @@ def _pipeline_recovery(server, template, run_url, figures, mode, restores):
     steps = step_durations(instance, result)
     for step, seconds in steps.items():
         figures.op_times[(mode, step)].append(seconds)
-    for area, detect, recover in zip(AREAS, ("detect_ghost_jobs", "detect_orphan_scraps", "detect_unrefined_scraps"),
-                                     ("recover_ghost_jobs", "recover_orphan_scraps", "recover_unrefined_scraps")):
-        figures.times[(mode, f"pipeline {area}")].append(steps[detect] + steps[recover])
+    for recovery in RECOVERIES:
+        area = recovery.area
+        figures.times[(mode, f"pipeline {area}")].append(steps[f"detect_{recovery.name}"] + steps[f"recover_{recovery.name}"])
         if mode == "idx":
             figures.rows[f"pipeline {area}"] = materialized(instance, area)["enqueued"]
     # Steady state: the same database again, nothing left to recover.

@@ -3,15 +3,15 @@
 Scale 1: 100,000 users; 2,000,000 scraps over 90 days; a card for 99 % of them; refined_content
 for 98 %; two jobs per scrap (mostly COMPLETED, FAILED where the work is missing, plus 5 % FAILED
 history); 20,000 stale PENDING and 5,000 stale PROCESSING jobs (half of those with NULL
-started_at); 50,000 healthy active jobs; 60 days of daily summaries with their TIL jobs;
+started_at); 50,000 healthy active jobs; 60 days of daily summaries with their TIL jobs, 1 % of
+them never written (content NULL, the TIL_GENERATION job FAILED: 12,000 unwritten TILs);
 about 20,000 active users yesterday.
 """
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 
-APP_DDL = Path(__file__).resolve().parents[1] / "batch_pipeline_tests" / "san_app_schema.sql"
+from batch_pipeline.sandbox.app_schema import APP_DDL
 
 
 @dataclass(frozen=True)
@@ -101,13 +101,15 @@ SEED_STATEMENTS = [
     """,
     """
     INSERT INTO daily_summaries (user_id, target_date, content, created_at)
-    SELECT 1 + (g * 7919 + d * 104729) % :users, (:now - d * interval '1 day')::date, 'TIL text',
-           :now - d * interval '1 day' + interval '3 hours'
+    SELECT 1 + (g * 7919 + d * 104729) % :users, (:now - d * interval '1 day')::date,
+           CASE WHEN g % 100 = 5 THEN NULL ELSE 'TIL text' END, :now - d * interval '1 day' + interval '3 hours'
     FROM generate_series(2, 61) d, generate_series(1, :summaries_per_day) g
     """,
     """
-    INSERT INTO jobs (job_type, target_id, status, created_at, updated_at, started_at, finished_at)
-    SELECT 'TIL_GENERATION', id, 'COMPLETED', created_at, created_at, created_at, created_at + interval '1 minute'
+    INSERT INTO jobs (job_type, target_id, status, created_at, updated_at, started_at, finished_at, error_message)
+    SELECT 'TIL_GENERATION', id, CASE WHEN content IS NULL THEN 'FAILED' ELSE 'COMPLETED' END,
+           created_at, created_at, created_at, created_at + interval '1 minute',
+           CASE WHEN content IS NULL THEN 'AI call failed' END
     FROM daily_summaries
     """,
 ]

@@ -12,23 +12,22 @@ from batch_pipeline.san.database import (
     WriteLimits,
     check_connection,
     create_san_engine,
-    default_data_dir,
     embedded_database_url,
     read_transaction,
 )
-from batch_pipeline.sandbox.app_schema import NotASandbox
-from batch_pipeline.san.demo import seed_demo_state
 from batch_pipeline.san.dispatch import REDIS_STREAM, Dispatcher, DispatcherConfigError, build_dispatcher
 from batch_pipeline.san.schema import SanSchemaError, verify_schema
 
 
 class SanDatabase(ConfigurableResource):
-    """The SAN application's database. Unset URL: an embedded SQLite file seeded with a demo state."""
+    """The SAN application's database. Unset URL: the embedded SQLite file in ./data, which
+    `make run` (the sandbox) creates and seeds with a demo state."""
 
     url: Optional[str] = Field(
         default=None,
         description="SQLAlchemy URL of the SAN database (SAN_DATABASE_URL), e.g. "
-        "postgresql+psycopg://user:password@host:5432/san. Unset: the embedded SQLite demo in ./data.",
+        "postgresql+psycopg://user:password@host:5432/san. Unset: the embedded SQLite demo in ./data "
+        "(made by `make run`).",
     )
 
     _engine: Optional[Engine] = PrivateAttr(default=None)
@@ -38,18 +37,9 @@ class SanDatabase(ConfigurableResource):
         return not self.url
 
     def get_engine(self) -> Engine:
-        """The engine, created once per process; the embedded default is seeded on first use."""
+        """The engine, created once per process."""
         if self._engine is None:
-            engine = create_san_engine(self.url or embedded_database_url())
-            if self.is_embedded:
-                try:
-                    seed_demo_state(engine)
-                except NotASandbox as error:
-                    raise SanSchemaError(
-                        f"{error}. The embedded default was made by an older batch_pipeline: delete "
-                        f"{default_data_dir()} to start over"
-                    ) from error
-            self._engine = engine
+            self._engine = create_san_engine(self.url or embedded_database_url())
         return self._engine
 
     def open_verified(self, limits: WriteLimits = WriteLimits()) -> Engine:

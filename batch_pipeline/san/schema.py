@@ -248,5 +248,6 @@ def verify_schema(conn: Connection) -> None:
             "the SAN database is not usable by batch_pipeline: "
             + "; ".join(problems)
             + ". batch_pipeline never alters app-owned tables: point SAN_DATABASE_URL at the SAN "
-            "database, or create an empty one with `python -m batch_pipeline create-schema`."
+            "database (for the embedded demo database, `make run` or `python -m batch_pipeline.sandbox "
+            "seed-demo` creates it)."
         )

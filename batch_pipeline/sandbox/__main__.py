@@ -1,6 +1,7 @@
 """The SAN sandbox's command line: `python -m batch_pipeline.sandbox COMMAND`.
 
   init       make an empty database a sandbox (the SAN app's tables, marked san_sandbox)
+  seed-demo  make an empty database a sandbox with the small demo SAN state of `make run`
   load       save scraps the way the app does, with the app's faults
   work       run reference workers for a while, with the workers' faults
   age        time travel: shift every timestamp back
@@ -9,7 +10,7 @@
   ui         `make run`: the Dagster UI, on a living sandbox unless SAN_DATABASE_URL is set
              (`ui --still`: the embedded default without the living sandbox)
 
-Every command but `init`, `converge` and `ui` needs a sandbox database (made by init, or the
+Every command but `init`, `seed-demo`, `converge` and `ui` needs a sandbox database (made by init, or the
 embedded default); the sandbox refuses a real SAN database.
 """
 
@@ -24,7 +25,9 @@ from pydantic import ValidationError
 
 from batch_pipeline.sandbox.app_schema import NotASandbox
 from batch_pipeline.sandbox.faults import Faults
-from batch_pipeline.san.database import SanConnectionError, create_san_engine, embedded_database_url, redacted
+from batch_pipeline.san.database import (
+    SanConnectionError, create_san_engine, default_data_dir, embedded_database_url, redacted,
+)
 
 FAULT_FLAGS = {
     "event_lost": "--event-lost",
@@ -62,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     with_url("init", "make an empty database a sandbox")
+    with_url("seed-demo", "make an empty database a sandbox with the small demo SAN state")
     load = with_url("load", "save scraps the way the app does")
     load.add_argument("--scraps", type=int, default=100)
     load.add_argument("--users", type=int, default=10)
@@ -122,10 +126,13 @@ def run_command(args, faults: Faults | None) -> int:
         return run_ui([a for a in args.dagster_args if a != "--"], live=not args.still)
     engine = create_san_engine(args.database_url)
     where = redacted(engine.url)
-    if args.command == "live" and args.database_url == embedded_database_url():
-        from batch_pipeline.san.demo import seed_demo_state
+    if args.command == "seed-demo" or (args.command == "live" and args.database_url == embedded_database_url()):
+        from batch_pipeline.sandbox.demo import seed_demo_state
 
-        seed_demo_state(engine)  # the embedded default: created and seeded on first use
+        made = seed_demo_state(engine)  # the embedded default: created and seeded on first use
+        if args.command == "seed-demo":
+            print(f"{where}: demo state {'seeded: ' + str(made) if made else 'already present'}")
+            return 0
     if args.command == "init":
         print(f"{where}: {'now a sandbox' if init_sandbox(engine) else 'already a sandbox'}")
         return 0
@@ -174,6 +181,7 @@ def converge(args, faults: Faults) -> int:
           f"duplicates={max(c.duplicates for c in result.cycles)} "
           f"audit_mismatches={sum(len(c.audit_mismatches) for c in result.cycles)} "
           f"til_users={len(til.active_users)} til_summaries={til.summaries_created} til_completed={til.jobs_completed} "
+          f"til_ai_failures={til.ai_failures} til_recovered={til.recovered} "
           f"seconds={result.seconds:.0f}")
     return 0 if result.converged else 1
 
@@ -184,9 +192,17 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
     command = [dagster, "dev", *(dagster_args or ["--host", "127.0.0.1", "--port", "3000"])]
     sandbox = None
     if not os.environ.get("SAN_DATABASE_URL"):
-        from batch_pipeline.san.resources import SanDatabase
+        from batch_pipeline.sandbox.demo import seed_demo_state
 
-        SanDatabase().get_engine().dispose()  # create and seed the embedded default first
+        engine = create_san_engine(embedded_database_url())
+        try:
+            seed_demo_state(engine)  # create and seed the embedded default first
+        except NotASandbox as error:
+            print(f"error: {error}. The embedded default was made by an older batch_pipeline: delete "
+                  f"{default_data_dir()} to start over", file=sys.stderr)
+            return 2
+        finally:
+            engine.dispose()
         if live:
             sandbox = subprocess.Popen([sys.executable, "-m", "batch_pipeline.sandbox", "live"])
     else:

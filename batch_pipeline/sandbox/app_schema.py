@@ -11,6 +11,8 @@ it must never touch a real SAN database. `init_sandbox` marks a database it may 
 `require_sandbox` first.
 """
 
+from pathlib import Path
+
 from sqlalchemy import (
     JSON, Column, Date, DateTime, ForeignKey, Integer, MetaData, REAL, String, Table, Text,
     func, inspect, insert, select, text,
@@ -20,6 +22,10 @@ from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.san.database import utc_now
 from batch_pipeline.san.schema import Id, Timestamp
+
+# The SAN application's own DDL on PostgreSQL, a copy of ../shared/san_app_schema.sql (a test
+# keeps the two equal): what a real SAN database looks like, for tests and the benchmark.
+APP_DDL = Path(__file__).with_name("san_app_schema.sql")
 
 Embedding = ARRAY(REAL).with_variant(JSON(), "sqlite")
 NOW = text("CURRENT_TIMESTAMP")  # the app's DEFAULT now(), on both databases

@@ -20,8 +20,10 @@ from dagster import AssetKey, DagsterInstance
 from sqlalchemy import and_, exists, func, select, text
 from sqlalchemy.engine import Connection, Engine
 
-from batch_pipeline.recovery import ghost_jobs, orphan_scraps, unrefined_scraps
+from batch_pipeline.recovery import ghost_jobs
+from batch_pipeline.recovery.registry import AREAS, RECOVERIES
 from batch_pipeline.recovery.targets import has_active_job
+from batch_pipeline.recovery.unwritten_tils import UNWRITTEN_TILS
 from batch_pipeline.sandbox.app import save_scraps
 from batch_pipeline.sandbox.app_schema import init_sandbox
 from batch_pipeline.sandbox.faults import Faults
@@ -36,7 +38,8 @@ from batch_pipeline.san.schema import (
 )
 from batch_pipeline.san.timezone import san_timezone_name
 
-AREAS = (ghost_jobs.AREA, orphan_scraps.AREA, unrefined_scraps.AREA)
+# The areas that enqueue jobs for targets (every recovery but the ghosts, which close and replace).
+TARGET_AREAS = tuple(recovery.area for recovery in RECOVERIES if recovery.area != ghost_jobs.AREA)
 AGE_PER_CYCLE = timedelta(hours=2)  # the design's recovery period
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -51,16 +54,14 @@ class CycleFigures:
     unhealthy_scraps: int  # non-poison scraps lacking refined_content or a card, after the work
     worker: WorkerStats
     ghosts_closed: int = 0
-    orphans_enqueued: int = 0
-    unrefined_enqueued: int = 0
+    enqueued: dict = field(default_factory=dict)  # area -> jobs the run enqueued there (TARGET_AREAS)
     exhausted: dict = field(default_factory=dict)  # area -> ids reported exhausted this run
     duplicates: int = 0  # (job_type, target_id) with two active jobs, worst seen this cycle
     audit_mismatches: list[str] = field(default_factory=list)
 
     @property
     def changed_nothing(self) -> bool:
-        return (self.worker.did_nothing and self.ghosts_closed == 0
-                and self.orphans_enqueued == 0 and self.unrefined_enqueued == 0)
+        return self.worker.did_nothing and self.ghosts_closed == 0 and not any(self.enqueued.values())
 
 
 @dataclass
@@ -72,6 +73,9 @@ class TilFigures:
     jobs_completed: int  # summaries of the run whose TIL job completed, with content
     cycles: int
     duplicates: int
+    ai_failures: int = 0  # TIL_GENERATION attempts the workers ended FAILED
+    recovered: int = 0  # TIL_GENERATION jobs til_generation_recovery enqueued
+    audit_mismatches: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -93,15 +97,17 @@ class ConvergenceResult:
     def table(self) -> str:
         lines = [
             "| cycle | unmet before | no job | expected after | unmet after | unhealthy scraps | "
-            "completed | failed | died | lost | slow | late | ghosts closed | orphans | unrefined | exhausted | duplicates |",
-            "|---:" * 17 + "|",
+            "completed | failed | died | lost | slow | late | ghosts closed | "
+            + " | ".join(TARGET_AREAS) + " | exhausted | duplicates |",
+            "|---:" * (15 + len(TARGET_AREAS)) + "|",
         ]
         for c in self.cycles:
             lines.append(
                 f"| {c.cycle} | {c.needs_before} | {c.needs_without_job} | {c.expected_after:.0f} | {c.needs_after} | "
                 f"{c.unhealthy_scraps} | {c.worker.completed} | {c.worker.failed} | {c.worker.died} | "
                 f"{c.worker.lost_events} | {c.worker.held_slow} | {c.worker.late_results} | {c.ghosts_closed} | "
-                f"{c.orphans_enqueued} | {c.unrefined_enqueued} | {sum(len(v) for v in c.exhausted.values())} | {c.duplicates} |"
+                + " | ".join(str(c.enqueued.get(area, 0)) for area in TARGET_AREAS)
+                + f" | {sum(len(v) for v in c.exhausted.values())} | {c.duplicates} |"
             )
         return "\n".join(lines)
 
@@ -253,16 +259,15 @@ def run_convergence(
             audits, figures.audit_mismatches = check_audit_against_rows(instance, engine, max_id, active)
             ghosts = audits[ghost_jobs.AREA]
             figures.ghosts_closed = ghosts["detected"] - ghosts["deferred"] - ghosts["skipped_by_race"]
-            figures.orphans_enqueued = audits[orphan_scraps.AREA]["enqueued"]
-            figures.unrefined_enqueued = audits[unrefined_scraps.AREA]["enqueued"]
+            figures.enqueued = {area: audits[area]["enqueued"] for area in TARGET_AREAS}
             figures.exhausted = {area: list(audits[area]["exhausted_ids"]) for area in AREAS}
             figures.duplicates = max(figures.duplicates, duplicate_active_jobs(engine))
             cycles.append(figures)
             report(
                 f"cycle {number:2d}: unmet needs {needs_before:5d} -> {needs_after:5d} "
                 f"(expected {figures.expected_after:7.1f}), unhealthy scraps {unhealthy:4d}; recovery closed "
-                f"{figures.ghosts_closed} ghosts, enqueued {figures.orphans_enqueued} card + "
-                f"{figures.unrefined_enqueued} refine jobs, exhausted "
+                f"{figures.ghosts_closed} ghosts, enqueued "
+                + ", ".join(f"{figures.enqueued[area]} {area}" for area in TARGET_AREAS) + ", exhausted "
                 f"{sum(len(v) for v in figures.exhausted.values())}; duplicates {figures.duplicates}"
                 + (f"; AUDIT MISMATCH {figures.audit_mismatches}" if figures.audit_mismatches else "")
             )
@@ -329,33 +334,39 @@ def busiest_day(engine: Engine, timezone: str) -> tuple[date, set[int]]:
 def heal_til_day(url, engine, dispatcher, instance, faults, workers, redis_url, timezone, max_attempts, report,
                  max_cycles: int = 20) -> TilFigures:
     """Run the TIL partition of the busiest day, then (work, age, recovery) until every summary
-    of the run has its content. AI failures are switched off here: a FAILED TIL_GENERATION job
-    is healed by no service of the design (see docs/reliability.md); lost events, dead and slow
-    workers are, by ghost-job recovery."""
+    of the run has its content. The TIL phase keeps every worker fault of the scrap phase, AI
+    failures included: a FAILED TIL_GENERATION job is healed by til_generation_recovery, a lost
+    event or a dead or slow worker by ghost-job recovery. No poison: a summary's TIL is never
+    refused by the AI for good in this experiment."""
     day, active_users = busiest_day(engine, timezone)
     today = datetime.now(ZoneInfo(timezone)).date()
     if day >= today:  # a short run: the TIL partition of a day that is not over yet does not exist
         age_database(engine, timedelta(days=(day - today).days + 1))
         day, active_users = busiest_day(engine, timezone)
-    til_faults = faults.model_copy(update={"ai_fails": 0.0, "poison": 0.0})
+    til_faults = faults.model_copy(update={"poison": 0.0})
     with engine.connect() as conn:
         before = conn.execute(select(func.coalesce(func.max(daily_summaries.c.id), 0))).scalar_one()
     settings = WorkerSettings(url, dispatcher, til_faults, redis_url, timezone)
+    figures = TilFigures(day=day, active_users=active_users, summaries_per_user={}, summaries_created=0,
+                         jobs_completed=0, cycles=0, duplicates=0)
     with WorkerPool(settings, workers) as pool:
         run_til_partition(url, dispatcher, instance, day)
-        cycles = duplicates = 0
-        for cycles in range(1, max_cycles + 1):
-            pool.drain()
+        for figures.cycles in range(1, max_cycles + 1):
+            figures.ai_failures += pool.drain().failed
             with engine.connect() as conn:
                 missing = conn.execute(select(func.count()).select_from(daily_summaries).where(
                     daily_summaries.c.id > before,
                     daily_summaries.c.content.is_(None) | ~til_job_completed())).scalar_one()
-            duplicates = max(duplicates, duplicate_active_jobs(engine))
-            report(f"TIL {day}: cycle {cycles}, summaries without content or a completed job: {missing}")
+            figures.duplicates = max(figures.duplicates, duplicate_active_jobs(engine))
+            report(f"TIL {day}: cycle {figures.cycles}, summaries without content or a completed job: {missing}")
             if not missing:
                 break
             age_database(engine, AGE_PER_CYCLE)
+            max_id, active = job_ids_snapshot(engine)
             run_recovery(url, dispatcher, instance, max_attempts)
+            audits, mismatches = check_audit_against_rows(instance, engine, max_id, active)
+            figures.audit_mismatches += mismatches
+            figures.recovered += audits[UNWRITTEN_TILS.area]["enqueued"]
     with engine.connect() as conn:
         summaries = conn.execute(
             select(daily_summaries.c.id, daily_summaries.c.user_id, daily_summaries.c.content)
@@ -364,11 +375,8 @@ def heal_til_day(url, engine, dispatcher, instance, faults, workers, redis_url, 
         completed_targets = set(conn.execute(
             select(daily_summaries.c.id).where(daily_summaries.c.id > before, til_job_completed())
         ).scalars())
-    per_user: dict[int, int] = {}
     for _id, user_id, _content in summaries:
-        per_user[user_id] = per_user.get(user_id, 0) + 1
-    return TilFigures(
-        day=day, active_users=active_users, summaries_per_user=per_user, summaries_created=len(summaries),
-        jobs_completed=sum(1 for s in summaries if s.id in completed_targets and s.content), cycles=cycles,
-        duplicates=duplicates,
-    )
+        figures.summaries_per_user[user_id] = figures.summaries_per_user.get(user_id, 0) + 1
+    figures.summaries_created = len(summaries)
+    figures.jobs_completed = sum(1 for s in summaries if s.id in completed_targets and s.content)
+    return figures

@@ -4,7 +4,8 @@ On PostgreSQL with 4 worker processes (pg_notify), 2,000 scraps from 200 users a
 fault rates; and a smaller run on SQLite with polling workers. `-s` shows the table per cycle.
 """
 
-from batch_pipeline.recovery import orphan_scraps, unrefined_scraps
+from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
+from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
 from batch_pipeline.sandbox.convergence import run_convergence
 from batch_pipeline.sandbox.faults import Faults
 from batch_pipeline.san.schema import CARD_ANALYSIS, SCRAP_REFINE
@@ -41,8 +42,8 @@ def assert_converged(result, workers_saw_faults=True):
         for job_type in (SCRAP_REFINE, CARD_ANALYSIS):
             assert result.poison_jobs[(job_type, scrap_id)] == MAX_ATTEMPTS, (job_type, scrap_id)
     final = cycles[-1].exhausted
-    assert set(result.poison_scrap_ids) <= set(final[orphan_scraps.AREA])
-    assert set(result.poison_scrap_ids) <= set(final[unrefined_scraps.AREA])
+    assert set(result.poison_scrap_ids) <= set(final[ORPHAN_SCRAPS.area])
+    assert set(result.poison_scrap_ids) <= set(final[UNREFINED_SCRAPS.area])
 
     # the TIL partition: one new summary per active user of the day, each with a completed job
     til = result.til
@@ -50,6 +51,9 @@ def assert_converged(result, workers_saw_faults=True):
     assert set(til.summaries_per_user.values()) == {1}
     assert til.jobs_completed == til.summaries_created == len(til.active_users)
     assert til.duplicates == 0
+    # AI failures struck the TIL jobs too, and til_generation_recovery (the fifth) healed them
+    assert til.ai_failures > 0 and til.recovered > 0
+    assert til.audit_mismatches == []
     if workers_saw_faults:
         assert sum(c.worker.late_results for c in cycles) > 0  # slow workers really finished late
 

@@ -9,6 +9,7 @@ from batch_pipeline.sandbox.app_schema import NotASandbox
 from batch_pipeline.sandbox.faults import Faults
 from batch_pipeline.sandbox.live import LiveSettings, run_live
 from batch_pipeline.sandbox.convergence import latest_audit
+from batch_pipeline.sandbox.demo import seed_demo_state
 from batch_pipeline.san.resources import SanDatabase
 from batch_pipeline.san.schema import COMPLETED, jobs, scraps
 from batch_pipeline_tests.conftest import SanDb
@@ -19,7 +20,8 @@ def test_a_living_sandbox_keeps_saving_working_and_failing_and_recovery_heals_it
     monkeypatch.setenv("SAN_DATA_DIR", str(tmp_path))
     monkeypatch.delenv("SAN_DATABASE_URL", raising=False)
     embedded = SanDatabase()
-    engine = embedded.get_engine()  # the embedded default: a seeded sandbox
+    engine = embedded.get_engine()  # the embedded default, seeded as `make run` seeds it
+    seed_demo_state(engine)
     with engine.connect() as conn:
         seeded = conn.execute(select(func.count()).select_from(scraps)).scalar_one()
 

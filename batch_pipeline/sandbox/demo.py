@@ -1,12 +1,14 @@
 """The embedded default: a sandbox SQLite SAN database seeded with a small, broken SAN state, so
 a new user sees every recovery do real work in the UI within a minute (and `make run` keeps it
-alive with the sandbox's app and workers)."""
+alive with the sandbox's app and workers). `make run` (sandbox `ui`) and `sandbox seed-demo`
+seed it; the product itself never does."""
 
 from datetime import datetime, timedelta
 
 from sqlalchemy import insert, select, text
 from sqlalchemy.engine import Connection, Engine
 
+from batch_pipeline.sandbox.app_schema import init_sandbox
 from batch_pipeline.san.database import utc_now
 from batch_pipeline.san.schema import (
     CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, SCRAP_REFINE,
@@ -21,8 +23,6 @@ def seed_demo_state(engine: Engine, now: datetime | None = None) -> dict[str, in
     scraps. Relative to `now`, so yesterday has active users for the TIL job too. Returns what it
     made. Refuses (NotASandbox) a database that holds SAN data and is not a sandbox.
     """
-    from batch_pipeline.sandbox.app_schema import init_sandbox
-
     now = now or utc_now()
     init_sandbox(engine)
     with engine.begin() as conn:
