@@ -5,7 +5,7 @@ import os
 from dagster import Definitions, EnvVar
 
 from batch_pipeline.alerts.sensors import check_failure_alert, run_failure_alert
-from batch_pipeline.operations.run_retention import run_retention_job, run_retention_schedule
+from batch_pipeline.operations.run_retention import build_run_retention_job, run_retention_days, run_retention_schedule
 from batch_pipeline.recovery.assets import recovery_assets
 from batch_pipeline.recovery.checks import recovery_checks
 from batch_pipeline.recovery.jobs import recovery_checks_job, recovery_job
@@ -44,11 +44,13 @@ def build_definitions() -> Definitions:
     til_job = build_til_job(days)
     til_coverage = til_coverage_check(days)
     til_checks_job = build_til_checks_job(til_coverage)
+    keep_days = run_retention_days()
+    run_retention_job = build_run_retention_job(keep_days)
     return Definitions(
         assets=[*recovery_assets, til_asset(days)],
         asset_checks=[*recovery_checks, til_coverage],
         jobs=[recovery_job, til_job, recovery_checks_job, til_checks_job, run_retention_job],
-        schedules=[recovery_schedule(timezone), til_schedule(til_job), run_retention_schedule(timezone)],
+        schedules=[recovery_schedule(timezone), til_schedule(til_job), run_retention_schedule(run_retention_job, keep_days, timezone)],
         sensors=[
             recovery_checks_after_run,
             til_checks_after_run(til_job, til_checks_job),

@@ -22,7 +22,7 @@ from sqlalchemy.engine import Engine, make_url
 from batch_pipeline.sandbox.app_schema import APP_DDL
 from batch_pipeline.san.database import create_san_engine, utc_now
 from batch_pipeline.san.dispatch import Dispatcher
-from batch_pipeline.san.enqueue import has_target_index
+from batch_pipeline.san.dialects.postgresql import has_target_index
 from batch_pipeline.san.schema import (
     COMPLETED, PENDING, create_recommended_indexes, create_schema, daily_summaries, jobs, knowledge_cards, scraps, users,
 )

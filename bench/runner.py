@@ -21,8 +21,8 @@ from batch_pipeline.recovery.ghost_jobs import (
     STALE_PENDING_AFTER,
     STALE_PROCESSING_AFTER,
     GhostRule,
-    close_and_replace_statement,
     detect_stale_jobs_query,
+    ghost_source,
 )
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
 from batch_pipeline.recovery.plan import MAX_ATTEMPTS
@@ -31,9 +31,8 @@ from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE, TargetRecovery, dete
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.dispatch import PG_NOTIFY_CHANNEL
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
-from batch_pipeline.san.enqueue import EnqueueRequest, batch_enqueue_statement
 from batch_pipeline.san.schema import create_recommended_indexes
-from batch_pipeline.san.sql import prefer_the_indexes
+from batch_pipeline.san.dialects.postgresql import enqueue_statement, prefer_the_indexes
 from batch_pipeline.til.auto_generation import day_bounds, users_of_day_query
 from bench import baseline
 from bench.seed import APP_DDL, Scale, seed
@@ -226,15 +225,10 @@ def write_batch_queries(conn: psycopg.Connection, url: str, now: datetime):
             for recovery in RECOVERIES:
                 ids = sample_ids(conn, engine, recovery, now)
                 name = f"{recovery.name} write batch"
-                if isinstance(recovery, TargetRecovery):
-                    statements[name] = batch_enqueue_statement(
-                        recovery.job_type, [EnqueueRequest(i) for i in ids], now, MAX_ATTEMPTS, recovery.eligibility,
-                        PG_NOTIFY_CHANNEL,
-                    )
-                else:
-                    statements[name] = close_and_replace_statement(
-                        sa_conn, ids, GhostRule(now=now), MAX_ATTEMPTS, PG_NOTIFY_CHANNEL
-                    )
+                # the sources the pipeline's write batches build, in the statement they run
+                source = (recovery.job_source(ids) if isinstance(recovery, TargetRecovery)
+                          else ghost_source(sa_conn, ids, GhostRule(now=now)))
+                statements[name] = enqueue_statement(source, now, MAX_ATTEMPTS, PG_NOTIFY_CHANNEL)
             for name, statement in statements.items():
                 compiled = statement.compile(dialect=engine.dialect, compile_kwargs={"render_postcompile": True})
                 yield name, str(compiled), compiled.construct_params()

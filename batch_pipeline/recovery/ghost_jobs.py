@@ -13,25 +13,16 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 import pandas as pd
-from sqlalchemy import Integer, String, and_, case, cast, func, literal, or_, select, update
+from sqlalchemy import String, and_, case, cast, func, literal, or_, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from batch_pipeline.recovery.plan import RecoveryPolicy, RecoveryReport, minutes, plan_recovery
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
-from batch_pipeline.san.enqueue import (
-    OUTCOME_COLUMNS,
-    BatchWritten,
-    EnqueueRequest,
-    StatementOutcome,
-    enqueue_jobs,
-    enqueue_statement,
-    has_target_index,
-    run_in_batches,
-)
+from batch_pipeline.san.dialects import dialect
+from batch_pipeline.san.enqueue import BatchWritten, JobSource, enqueue, run_in_batches
 from batch_pipeline.san.frames import INT, TEXT, UTC_DATETIME, FrameSchema
-from batch_pipeline.san.schema import ACTIVE_STATUSES, FAILED, PENDING, PROCESSING, Timestamp, jobs
-from batch_pipeline.san.sql import array_of, id_in, prefer_index_plans
+from batch_pipeline.san.schema import ACTIVE_STATUSES, FAILED, PENDING, PROCESSING, jobs
 
 if TYPE_CHECKING:
     from batch_pipeline.recovery.config import RecoveryConfig
@@ -122,27 +113,17 @@ GHOST_DETECTION_PREFERS = ("ix_san_jobs_active_created", "ix_san_jobs_target")
 
 def detect_ghost_jobs(conn: Connection, rule: GhostRule) -> pd.DataFrame:
     """Every ghost job, oldest first, with the attempts its (job_type, target_id) has had."""
-    prefer_index_plans(conn, GHOST_DETECTION_PREFERS)  # transaction-local
+    dialect(conn).prefer_index_plans(conn, GHOST_DETECTION_PREFERS)  # transaction-local
     return GHOST_JOBS.from_rows(conn.execute(detect_stale_jobs_query(rule)))
-
-
-def _minutes_since(conn: Connection, column: ColumnElement, now: datetime) -> ColumnElement:
-    instant = literal(now, Timestamp)
-    if conn.dialect.name == "postgresql":
-        return cast(func.floor(func.extract("epoch", instant - column) / 60), Integer)
-    # julianday() is a float: round to whole seconds first, so 120 min is not 119.9999 min.
-    seconds = cast(func.round((func.julianday(instant) - func.julianday(column)) * 86400), Integer)
-    return seconds // 60
 
 
 def _failure_message(conn: Connection, rule: GhostRule) -> ColumnElement:
     def message(status: str, since: ColumnElement, threshold: timedelta) -> ColumnElement:
-        minutes = cast(_minutes_since(conn, since, rule.now), String)
-        limit = int(threshold.total_seconds() // 60)
+        minutes_stale = cast(dialect(conn).minutes_since(rule.now, since), String)
         return (
             literal(f"batch_pipeline ghost-job recovery: stale in {status} for ")
-            + minutes
-            + literal(f" min (threshold {limit} min); re-enqueued as a new job unless at max_attempts")
+            + minutes_stale
+            + literal(f" min (threshold {minutes(threshold)} min); re-enqueued as a new job unless at max_attempts")
         )
 
     return case(
@@ -160,7 +141,7 @@ def close_stale_jobs_statement(conn: Connection, job_ids: Sequence[int], rule: G
     candidate = jobs.alias("candidate")
     still_stale = (
         select(candidate.c.id)
-        .where(id_in(conn, candidate.c.id, job_ids), is_stale(rule, candidate))
+        .where(dialect(conn).id_in(candidate.c.id, job_ids), is_stale(rule, candidate))
         .with_for_update(skip_locked=True)
     )
     return (
@@ -168,6 +149,17 @@ def close_stale_jobs_statement(conn: Connection, job_ids: Sequence[int], rule: G
         .where(jobs.c.id.in_(still_stale.scalar_subquery()), is_stale(rule))
         .values(status=FAILED, finished_at=rule.now, updated_at=rule.now, error_message=_failure_message(conn, rule))
         .returning(jobs.c.id, jobs.c.job_type, jobs.c.target_id)
+    )
+
+
+def ghost_source(conn: Connection, job_ids: Sequence[int], rule: GhostRule) -> JobSource:
+    """A batch of ghosts as the enqueue path's source: the close statement's rows are the
+    targets, one replacement per (job_type, target_id), retrying the oldest ghost closed for it.
+    The closed jobs were active in the statement's snapshot (the close takes only jobs stale in
+    it, and again in their latest version)."""
+    return JobSource(
+        statement=close_stale_jobs_statement(conn, job_ids, rule), returned=("id", "job_type", "target_id"),
+        retry_of_column="id", closes_active_jobs=True,
     )
 
 
@@ -181,57 +173,15 @@ class ClosedBatch:
 def close_and_replace(
     conn: Connection, batch: pd.DataFrame, rule: GhostRule, max_attempts: int, notify_channel: str | None = None
 ) -> BatchWritten[ClosedBatch]:
-    """One batch, in one transaction: close the ghosts, then enqueue their replacements."""
-    if conn.dialect.name == "postgresql" and has_target_index(conn):
-        return _close_and_replace_in_one_statement(conn, batch, rule, max_attempts, notify_channel)
-    closed = conn.execute(close_stale_jobs_statement(conn, batch["job_id"].tolist(), rule)).all()
-    result = ClosedBatch(closed_ids=[row.id for row in closed], replacements={}, exhausted_ids=[])
-    for job_type in sorted({row.job_type for row in closed}):
-        of_type = [row for row in closed if row.job_type == job_type]
-        requests = [EnqueueRequest(row.target_id, retry_of_job_id=row.id) for row in of_type]
-        outcome = enqueue_jobs(conn, job_type, requests, now=rule.now, max_attempts=max_attempts)
-        result.replacements.update({job.retry_of_job_id: job for job in outcome.created})
-        exhausted_targets = set(outcome.exhausted)
-        result.exhausted_ids += [row.id for row in of_type if row.target_id in exhausted_targets]
-    return BatchWritten(result, list(result.replacements.values()))
-
-
-def close_and_replace_statement(
-    conn: Connection, job_ids: Sequence[int], rule: GhostRule, max_attempts: int, notify_channel: str | None = None
-):
-    """PostgreSQL with ix_san_jobs_target: the close and the shared enqueue statement as one
-    statement, the closed rows feeding the replacements without a round trip. Returns the
-    enqueue statement's arrays followed by the closed jobs' ids, job types and targets."""
-    closed = close_stale_jobs_statement(conn, job_ids, rule).cte("closed")
-    # One replacement per (job_type, target_id), retrying the oldest ghost closed for it. The
-    # closed jobs were active in the statement's snapshot (the close only takes jobs that
-    # are stale in it, and again in their latest version), hence `closing`.
-    requested = (
-        select(
-            closed.c.job_type, closed.c.target_id, func.min(closed.c.id).label("retry_of"),
-            func.count().label("closing"),
-        )
-        .group_by(closed.c.job_type, closed.c.target_id)
-        .cte("requested")
-    )
-    return enqueue_statement(requested, rule.now, max_attempts, notify_channel).add_columns(
-        *(array_of(column, closed.c.id) for column in (closed.c.id, closed.c.job_type, closed.c.target_id))
-    )
-
-
-def _close_and_replace_in_one_statement(
-    conn: Connection, batch: pd.DataFrame, rule: GhostRule, max_attempts: int, notify_channel: str | None
-) -> BatchWritten[ClosedBatch]:
-    row = conn.execute(
-        close_and_replace_statement(conn, batch["job_id"].tolist(), rule, max_attempts, notify_channel)
-    ).one()
-    outcome = StatementOutcome.from_row(row)
-    closed_rows = list(zip(*(values or [] for values in row[OUTCOME_COLUMNS:])))
+    """One batch, in one transaction: close the ghosts and enqueue their replacements."""
+    outcome = enqueue(conn, ghost_source(conn, batch["job_id"].tolist(), rule), now=rule.now,
+                      max_attempts=max_attempts, notify_channel=notify_channel)
     exhausted = set(outcome.exhausted)
+    closed = outcome.source_rows
     result = ClosedBatch(
-        closed_ids=[job_id for job_id, _type, _target in closed_rows],
+        closed_ids=[row["id"] for row in closed],
         replacements={job.retry_of_job_id: job for job in outcome.created},
-        exhausted_ids=[job_id for job_id, job_type, target_id in closed_rows if (job_type, target_id) in exhausted],
+        exhausted_ids=[row["id"] for row in closed if (row["job_type"], row["target_id"]) in exhausted],
     )
     return BatchWritten(result, outcome.created, outcome.announced)
 

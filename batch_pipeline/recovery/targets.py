@@ -22,10 +22,10 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from batch_pipeline.recovery.plan import RecoveryPolicy, RecoveryReport, minutes, plan_recovery
 from batch_pipeline.san.dispatch import Dispatcher
-from batch_pipeline.san.enqueue import Eligibility, EnqueueRequest, enqueue_batch, run_in_batches
+from batch_pipeline.san.dialects import dialect
+from batch_pipeline.san.enqueue import BatchWritten, Eligibility, EnqueueRequest, JobSource, enqueue, run_in_batches
 from batch_pipeline.san.frames import INT, UTC_DATETIME, FrameSchema
 from batch_pipeline.san.schema import ACTIVE_STATUSES, jobs
-from batch_pipeline.san.sql import prefer_index_plans
 
 if TYPE_CHECKING:
     from batch_pipeline.recovery.config import RecoveryConfig
@@ -55,7 +55,7 @@ class TargetRecovery:
     # absence of a row elsewhere: as an anti-join PostgreSQL may hash the whole other table.
     needs_work_per_row: ColumnElement | None = None
     # Indexes whose presence makes the full sweep's index plan the better one, although the
-    # planner prices it about even with sequential scans (see san.sql.prefer_the_indexes).
+    # planner prices it about even with sequential scans (see dialects.postgresql.prefer_the_indexes).
     full_sweep_prefers: tuple[str, ...] = ()
     extension: bool = False  # this project's addition to the design, not one of its services
     frame: FrameSchema = field(init=False)
@@ -88,6 +88,12 @@ class TargetRecovery:
     def eligibility(self) -> Eligibility:
         """The write-time re-check: the target still needs the work."""
         return Eligibility(self.table, self.needs_work)
+
+    def job_source(self, target_ids: Sequence[int]) -> JobSource:
+        """A write batch: these targets, re-checked at write time (a worker may have done the
+        work since detection)."""
+        return JobSource(job_type=self.job_type, requests=[EnqueueRequest(i) for i in target_ids],
+                         eligibility=self.eligibility)
 
     # -- what the Dagster ops call -----------------------------------------------------------
     def detect(self, conn: Connection, settings: RecoveryConfig, now: datetime) -> pd.DataFrame:
@@ -152,7 +158,7 @@ def detect_targets(
     anti-join over the whole table: see docs/benchmarks.md for its cost at scale."""
     since = now - lookback if lookback else None
     if since is None:
-        prefer_index_plans(conn, recovery.full_sweep_prefers)  # transaction-local
+        dialect(conn).prefer_index_plans(conn, recovery.full_sweep_prefers)  # transaction-local
     query = detect_query(recovery, created_before=now - min_age, created_since=since)
     return recovery.frame.from_rows(conn.execute(query))
 
@@ -183,18 +189,16 @@ def recover_targets(
     if policy.dry_run:
         return report
 
+    def write_batch(conn: Connection, ids: Sequence[int]) -> BatchWritten:
+        outcome = enqueue(conn, recovery.job_source(ids), now=now, max_attempts=policy.max_attempts,
+                          notify_channel=dispatcher.statement_channel)
+        return BatchWritten(outcome, outcome.created, outcome.announced)
+
     to_enqueue = plan.to_enqueue[key].tolist()
-    results, batches = run_in_batches(
-        engine, dispatcher, to_enqueue, policy.batch_size,
-        # Re-checked at write time: a worker may have done the work since detection.
-        lambda conn, ids: enqueue_batch(conn, recovery.job_type, [EnqueueRequest(i) for i in ids], now=now,
-                                        max_attempts=policy.max_attempts, eligibility=recovery.eligibility,
-                                        notify_channel=dispatcher.statement_channel),
-        policy.limits,
-    )
+    results, batches = run_in_batches(engine, dispatcher, to_enqueue, policy.batch_size, write_batch, policy.limits)
     created = [job for outcome in results for job in outcome.created]
     # Reached the cap between detection and write (another run enqueued and it failed since).
-    late_exhausted = [target for outcome in results for target in outcome.exhausted]
+    late_exhausted = [target for outcome in results for _job_type, target in outcome.exhausted]
     report.exhausted += len(late_exhausted)
     report.exhausted_ids += late_exhausted
     report.enqueued = len(created)

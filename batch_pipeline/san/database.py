@@ -12,15 +12,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.engine.url import URL
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
-# One advisory-lock key for every batch_pipeline write transaction on PostgreSQL (the ASCII of
-# "SANBATCH"). Holding it while re-checking and inserting means two overlapping runs can never
-# both decide that a (job_type, target_id) has no active job.
-WRITE_LOCK_KEY = 0x53414E4241544348
+from batch_pipeline.san.dialects import dialect, sqlite
 
 # Rows per write transaction: small enough that a batch holds its locks briefly, large enough
 # that a round trip is amortised (docs/benchmarks.md, "batch size").
@@ -83,7 +80,7 @@ def create_san_engine(url: str) -> Engine:
             if database and database != ":memory:":
                 Path(database).parent.mkdir(parents=True, exist_ok=True)
             engine = create_engine(parsed, connect_args={"timeout": 30})
-            _serialise_sqlite_writers(engine)
+            sqlite.configure_engine(engine)
         else:
             # application_name: operators see batch_pipeline's sessions in pg_stat_activity
             engine = create_engine(
@@ -92,20 +89,6 @@ def create_san_engine(url: str) -> Engine:
     except (ArgumentError, NoSuchModuleError) as error:
         raise SanConnectionError(f"cannot use SAN_DATABASE_URL {redacted(parsed)}: {error}") from error
     return engine
-
-
-def _serialise_sqlite_writers(engine: Engine) -> None:
-    # pysqlite starts transactions lazily and upgrades read locks to write locks late, so two
-    # writers can both read "no active job" before either writes. BEGIN IMMEDIATE takes the
-    # database's write lock at the start of every transaction instead.
-    @event.listens_for(engine, "connect")
-    def _connect(dbapi_connection, _record):
-        dbapi_connection.isolation_level = None
-        dbapi_connection.execute("PRAGMA foreign_keys = ON")
-
-    @event.listens_for(engine, "begin")
-    def _begin(conn):
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def check_connection(engine: Engine) -> None:
@@ -129,25 +112,11 @@ class WriteLimits:
     statement_timeout_ms: int = STATEMENT_TIMEOUT_MS
 
 
-def _bound_waits(conn: Connection, limits: WriteLimits) -> None:
-    """Transaction-local settings, in one round trip: a table locked by a migration or a busy
-    batch is reported as a timeout, not waited on; and no JIT compilation. JIT triggers on the
-    planner's cost estimates, which are high for any statement over SAN's big tables even when
-    the plan is a few thousand index probes: at scale 10 it spent 0.2-0.7 s compiling each
-    detection query that then ran in less (docs/benchmarks.md)."""
-    if conn.dialect.name == "postgresql":
-        conn.execute(
-            text("SELECT set_config('lock_timeout', :lock, true), set_config('statement_timeout', :statement, true), "
-                 "set_config('jit', 'off', true)"),
-            {"lock": str(int(limits.lock_timeout_ms)), "statement": str(int(limits.statement_timeout_ms))},
-        )
-
-
 @contextmanager
 def read_transaction(engine: Engine, limits: WriteLimits = WriteLimits()) -> Iterator[Connection]:
     """Detection: one read-only transaction with the same bounded waits as the writes."""
     with engine.begin() as conn:
-        _bound_waits(conn, limits)
+        dialect(conn).bound_waits(conn, limits)
         yield conn
 
 
@@ -155,8 +124,7 @@ def read_transaction(engine: Engine, limits: WriteLimits = WriteLimits()) -> Ite
 def write_transaction(engine: Engine, limits: WriteLimits = WriteLimits()) -> Iterator[Connection]:
     """One batch: a transaction that commits everything or nothing."""
     with engine.begin() as conn:
-        _bound_waits(conn, limits)
-        if conn.dialect.name == "postgresql":
-            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITE_LOCK_KEY})
-        # SQLite: BEGIN IMMEDIATE (see _serialise_sqlite_writers) already serialises writers.
+        sql = dialect(conn)
+        sql.bound_waits(conn, limits)
+        sql.take_write_lock(conn)  # serialises batch_pipeline's writers, never SAN's workers
         yield conn

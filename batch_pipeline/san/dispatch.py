@@ -10,11 +10,9 @@ import logging
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from sqlalchemy import Text, any_, bindparam, cast, func, literal, select
 from sqlalchemy.engine import Connection
 
-from batch_pipeline.san.schema import jobs
-from batch_pipeline.san.sql import BigIntArray
+from batch_pipeline.san.dialects.postgresql import notify_job_ids
 
 log = logging.getLogger(__name__)
 
@@ -36,17 +34,6 @@ class NewJob(NamedTuple):
         return {"job_id": self.job_id, "job_type": self.job_type, "target_id": self.target_id}
 
 
-def notify_jobs(channel: str, new_jobs):
-    """PostgreSQL: a scalar subquery that sends one pg_notify per row of `new_jobs` (anything
-    with id, job_type and target_id columns, e.g. an INSERT … RETURNING CTE), in id order, and
-    counts them. The payloads are built by PostgreSQL from the rows themselves."""
-    ordered = select(new_jobs.c.id, new_jobs.c.job_type, new_jobs.c.target_id).order_by(new_jobs.c.id).subquery()
-    payload = func.json_build_object(
-        "job_id", ordered.c.id, "job_type", ordered.c.job_type, "target_id", ordered.c.target_id
-    )
-    return select(func.count(func.pg_notify(literal(channel), cast(payload, Text)))).scalar_subquery()
-
-
 class DispatcherConfigError(ValueError):
     """SAN_JOB_DISPATCHER names an unknown dispatcher or one the database cannot serve."""
 
@@ -55,7 +42,7 @@ class Dispatcher:
     """Rows only (`none`): workers find PENDING jobs by polling the jobs table."""
 
     kind = "none"
-    # A pg_notify channel the write statements may announce on themselves (see notify_jobs):
+    # A pg_notify channel the write statements may announce on themselves (postgresql.notify_jobs):
     # the payloads then come from the inserted rows, with no second statement per batch.
     statement_channel: str | None = None
 
@@ -72,9 +59,7 @@ class PgNotifyDispatcher(Dispatcher):
     statement_channel = PG_NOTIFY_CHANNEL
     # For write paths that could not announce in their own statement: the payloads are built
     # from the rows just inserted; one bigint array goes over the wire, not escaped text.
-    _NOTIFY = select(notify_jobs(PG_NOTIFY_CHANNEL, select(jobs.c.id, jobs.c.job_type, jobs.c.target_id).where(
-        jobs.c.id == any_(bindparam("job_ids", type_=BigIntArray))
-    ).subquery()))
+    _NOTIFY = notify_job_ids(PG_NOTIFY_CHANNEL)
 
     def announce_in_transaction(self, conn: Connection, new_jobs: Sequence[NewJob]) -> None:
         if new_jobs:

@@ -17,16 +17,15 @@ from datetime import date, datetime, time, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pandas as pd
-from sqlalchemy import and_, func, null, select
+from sqlalchemy import and_, func, select
 from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.san.audit import capped_ids
 from batch_pipeline.san.database import WriteLimits
-from batch_pipeline.san.dispatch import Dispatcher, NewJob, notify_jobs
-from batch_pipeline.san.enqueue import BatchWritten, EnqueueRequest, enqueue_jobs, jobs_for_new_targets, run_in_batches
+from batch_pipeline.san.dispatch import Dispatcher, NewJob
+from batch_pipeline.san.enqueue import BatchWritten, JobSource, enqueue, run_in_batches
 from batch_pipeline.san.frames import INT, FrameSchema
 from batch_pipeline.san.schema import TIL_GENERATION, daily_summaries, knowledge_cards, scraps
-from batch_pipeline.san.sql import array_of, insert_rows, insert_rows_statement
 
 AREA = "til_auto_generation"
 
@@ -39,6 +38,8 @@ USERS_OF_DAY = FrameSchema(
 
 def day_bounds(day: date, zone: str) -> tuple[datetime, datetime]:
     """D's [start, end) as UTC instants: midnight to midnight in `zone` (23 or 25 h across DST).
+    The one definition of day D: the TIL op, its check and the sandbox's worker all use it (a
+    test keeps it equal to Dagster's daily partition window).
 
     Comparing `created_at` to two instants lets PostgreSQL use an index on scraps.created_at;
     casting `created_at AT TIME ZONE … ::date` would not.
@@ -76,38 +77,26 @@ def users_done_in_run(conn: Connection, day: date, run_started_at: datetime) -> 
     return set(conn.execute(query).scalars())
 
 
+def summaries_source(user_ids: Sequence[int], day: date, run_started_at: datetime) -> JobSource:
+    """A batch of new summaries as the enqueue path's source: the inserted rows are the
+    targets of their TIL_GENERATION jobs, created in the same statement (PostgreSQL) or
+    transaction, so a summary never exists without its job."""
+    values = {"constants": {"target_date": day, "created_at": run_started_at},
+              "id_columns": {"user_id": list(user_ids)}, "returning": ["id", "user_id"]}
+    return JobSource(job_type=TIL_GENERATION, inserts=(daily_summaries, values), returned=("id", "user_id"),
+                     target_column="id", creates_targets=True)
+
+
 def create_batch(
     conn: Connection, user_ids: Sequence[int], day: date, run_started_at: datetime, now: datetime,
     notify_channel: str | None = None,
 ) -> BatchWritten[tuple[list[tuple[int, int]], list[NewJob]]]:
-    """One transaction: the summaries and their TIL_GENERATION jobs, so a summary never exists
-    without its job. The result: the new summaries as (id, user_id), and their jobs."""
-    summary_values = {"constants": {"target_date": day, "created_at": run_started_at},
-                      "id_columns": {"user_id": list(user_ids)}, "returning": ["id", "user_id"]}
-    if conn.dialect.name == "postgresql" and user_ids:
-        return _create_batch_in_one_statement(conn, summary_values, now, notify_channel)
-    summaries = insert_rows(conn, daily_summaries, **summary_values)
-    outcome = enqueue_jobs(
-        conn, TIL_GENERATION, [EnqueueRequest(summary_id) for summary_id, _user in summaries], now=now, max_attempts=0,
-        targets_created_in_this_transaction=True,
-    )
-    return BatchWritten((summaries, outcome.created), outcome.created)
-
-
-def _create_batch_in_one_statement(conn: Connection, summary_values: dict, now: datetime, notify_channel: str | None):
-    """PostgreSQL: both inserts (and the jobs' pg_notify) in one statement, the new ids back as
-    four arrays in one row."""
-    summaries = insert_rows_statement(daily_summaries, **summary_values).cte("summaries")
-    new_jobs = jobs_for_new_targets(TIL_GENERATION, summaries, now)
-    summary_ids, summary_users, job_ids, job_targets, _announced = conn.execute(select(
-        array_of(summaries.c.id, summaries.c.id), array_of(summaries.c.user_id, summaries.c.id),
-        array_of(new_jobs.c.id, new_jobs.c.id), array_of(new_jobs.c.target_id, new_jobs.c.id),
-        notify_jobs(notify_channel, new_jobs) if notify_channel else null(),
-    )).one()
-    created = [NewJob(job_id=job_id, job_type=TIL_GENERATION, target_id=target_id)
-               for job_id, target_id in zip(job_ids or [], job_targets or [])]
-    return BatchWritten((list(zip(summary_ids or [], summary_users or [])), created), created,
-                        announced=bool(notify_channel))
+    """One transaction: the summaries and their TIL_GENERATION jobs. The result: the new
+    summaries as (id, user_id), and their jobs."""
+    outcome = enqueue(conn, summaries_source(user_ids, day, run_started_at), now=now, max_attempts=0,
+                      notify_channel=notify_channel)
+    summaries = [(row["id"], row["user_id"]) for row in outcome.source_rows]
+    return BatchWritten((summaries, outcome.created), outcome.created, outcome.announced)
 
 
 @dataclass

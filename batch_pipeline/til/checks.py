@@ -16,7 +16,7 @@ from sqlalchemy import and_, select
 from batch_pipeline.san.database import read_transaction, utc_now
 from batch_pipeline.san.resources import SanDatabase
 from batch_pipeline.san.schema import daily_summaries
-from batch_pipeline.til.auto_generation import AREA, detect_users_of_day
+from batch_pipeline.til.auto_generation import AREA, day_bounds, detect_users_of_day
 
 TIL_WAIT_LIMIT = timedelta(hours=2)
 ID_SAMPLE = 100
@@ -48,9 +48,8 @@ def til_coverage_check(partitions: DailyPartitionsDefinition):
         if key is None:
             return AssetCheckResult(passed=True, description="no TIL partition materialized yet", metadata={"day": ""})
         day = date.fromisoformat(key)
-        window = partitions.time_window_for_partition_key(key)
         with read_transaction(san_database.get_engine()) as conn:
-            users = detect_users_of_day(conn, window.start, window.end)
+            users = detect_users_of_day(conn, *day_bounds(day, partitions.timezone))
             active = set(users[users["card_count"] > 0]["user_id"].tolist())
             of_day = daily_summaries.c.target_date == day
             with_summary = set(conn.execute(select(daily_summaries.c.user_id).where(of_day)).scalars())

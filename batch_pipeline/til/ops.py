@@ -30,9 +30,8 @@ def partition_day(context: OpExecutionContext) -> date:
 
 
 def day_window(context: OpExecutionContext) -> tuple[datetime, datetime]:
-    """D's bounds in UTC, as Dagster's partition defines them in SAN's time zone."""
-    window = context.partition_time_window
-    return window.start.astimezone(timezone.utc), window.end.astimezone(timezone.utc)
+    """D's bounds in UTC: `day_bounds` (the one definition of day D) in the partitions' zone."""
+    return auto_generation.day_bounds(partition_day(context), context.job_def.partitions_def.timezone)
 
 
 def run_started_at(context: OpExecutionContext) -> datetime:
@@ -48,7 +47,6 @@ def run_started_at(context: OpExecutionContext) -> datetime:
 
 @op(out=Out(UsersOfDayType), retry_policy=DATABASE_RETRY, description="Users with scraps on day D and how many have cards.")
 def detect_til_users(context: OpExecutionContext, settings: TilConfig, san_database: SanDatabase):
-    partition_day(context)
     start, end = day_window(context)
     with paused_gc(), read_transaction(san_database.get_engine(), settings.write_limits) as conn:
         return auto_generation.detect_users_of_day(conn, start, end)

@@ -9,7 +9,7 @@ from sqlalchemy import text, update
 from batch_pipeline.recovery.ghost_jobs import GhostRule, detect_ghost_jobs, recover_ghost_jobs
 from batch_pipeline.recovery.plan import RecoveryPolicy
 from batch_pipeline.san.dispatch import Dispatcher
-from batch_pipeline.san.enqueue import has_target_index
+from batch_pipeline.san.dialects.postgresql import has_target_index
 from batch_pipeline_tests.conftest import PG_WRITE_PATHS, WRITE_PATHS, DiesOnBatch, san_database_on_path
 from batch_pipeline.san.schema import (
     CARD_ANALYSIS, COMPLETED, FAILED, JOB_TYPES, PENDING, PROCESSING, SCRAP_REFINE, TIL_GENERATION, jobs,

@@ -10,7 +10,8 @@ from batch_pipeline.san.database import write_transaction
 from batch_pipeline.san.dispatch import (
     DispatcherConfigError, NewJob, PgNotifyDispatcher, RedisStreamDispatcher, build_dispatcher,
 )
-from batch_pipeline.san.enqueue import BatchWritten, EnqueueRequest, enqueue_jobs, has_target_index, run_in_batches
+from batch_pipeline.san.dialects.postgresql import has_target_index
+from batch_pipeline.san.enqueue import BatchWritten, EnqueueRequest, enqueue_jobs, run_in_batches
 from batch_pipeline.san.schema import CARD_ANALYSIS
 from batch_pipeline_tests.conftest import PG_WRITE_PATHS, job_notifications, san_database_on_path
 

@@ -37,6 +37,17 @@ def test_day_bounds_are_midnight_to_midnight_in_the_zone():
     assert (start, end - start) == (datetime(2026, 3, 8, 5, tzinfo=timezone.utc), timedelta(hours=23))
 
 
+def test_day_bounds_is_the_til_partition_window_on_ordinary_and_dst_days():
+    # The TIL job is partitioned by Dagster; its op and check use day_bounds: the two must agree.
+    from batch_pipeline.til.partitions import til_partitions
+
+    for zone in ("Asia/Seoul", "America/New_York", "Europe/Berlin"):
+        partitions = til_partitions(zone)
+        for day in (D, date(2026, 3, 8), date(2026, 3, 29), date(2026, 11, 1), date(2026, 10, 25)):
+            window = partitions.time_window_for_partition_key(day.isoformat())
+            assert day_bounds(day, zone) == (window.start, window.end), (zone, day)
+
+
 def test_the_day_includes_its_first_and_last_second_and_nothing_either_side(san_db):
     first, last, before, after = (san_db.user() for _ in range(4))
     san_db.scrap(first, created_at=at(D, 0, 0, 0), card=True)

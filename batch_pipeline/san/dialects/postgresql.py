@@ -1,0 +1,282 @@
+"""PostgreSQL: every statement and setting only PostgreSQL has.
+
+- array binds: a batch of ids is one bigint[] parameter (`= ANY(:ids)`, `unnest(:a, :b)`), not
+  thousands of placeholders the driver would build and parse;
+- the fused enqueue statement: with ix_san_jobs_target, the source of a batch (the ghosts it
+  closes, the summaries it creates, or a list of targets), the attempt and active counts, the
+  insert and the pg_notify of the new jobs are one statement, its outcome a few arrays;
+- transaction-local settings: bounded lock and statement waits, no JIT, planner preferences;
+- the advisory lock that serialises batch_pipeline's own writers.
+
+Numbers behind these choices are in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sqlalchemy import (
+    BigInteger, Integer, Table, Text, TypeDecorator, and_, any_, bindparam, cast, false, func, insert, literal,
+    null, select, text, true,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
+
+from batch_pipeline.san.schema import ACTIVE_STATUSES, PENDING, Timestamp, jobs
+
+if TYPE_CHECKING:
+    from batch_pipeline.san.database import WriteLimits
+    from batch_pipeline.san.enqueue import JobSource
+
+NAME = "postgresql"
+
+# One advisory-lock key for every batch_pipeline write transaction (the ASCII of "SANBATCH").
+# Holding it while re-checking and inserting means two overlapping runs can never both decide
+# that a (job_type, target_id) has no active job. SAN's workers never take it.
+WRITE_LOCK_KEY = 0x53414E4241544348
+
+
+class _BigIntArrayLiteral(TypeDecorator):
+    """A bigint[] parameter sent as one array literal, '{1,2,NULL}': psycopg's list adapter
+    dumps and checks every element in Python, str.join over ints is several times faster. The
+    SQL keeps its ::BIGINT[] cast, so PostgreSQL parses the literal as the array it was."""
+
+    impl = ARRAY(BigInteger)
+    cache_ok = True
+
+    def bind_processor(self, dialect):
+        def process(values):
+            if values is None:
+                return None
+            return "{" + ",".join("NULL" if v is None else str(int(v)) for v in values) + "}"
+
+        return process
+
+
+BigIntArray = _BigIntArrayLiteral()
+
+
+# -- transactions ------------------------------------------------------------------------------
+def bound_waits(conn: Connection, limits: WriteLimits) -> None:
+    """Transaction-local, in one round trip: a table locked by a migration or a busy batch is
+    reported as a timeout, not waited on; and no JIT, which compiles SAN-sized queries for
+    longer than they run."""
+    conn.execute(
+        text("SELECT set_config('lock_timeout', :lock, true), set_config('statement_timeout', :statement, true), "
+             "set_config('jit', 'off', true)"),
+        {"lock": str(int(limits.lock_timeout_ms)), "statement": str(int(limits.statement_timeout_ms))},
+    )
+
+
+def take_write_lock(conn: Connection) -> None:
+    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITE_LOCK_KEY})
+
+
+def prefer_the_indexes(index_names: Sequence[str]):
+    """A statement turning sequential scans off for the rest of the transaction, if every index
+    in `index_names` exists (without them it would push the planner to read a whole table
+    through some other index). For detection queries whose index plan the planner prices about
+    even with a full scan at SAN's size."""
+    exist = " AND ".join(f"to_regclass('{name}') IS NOT NULL" for name in index_names)
+    return text(f"SELECT set_config('enable_seqscan', 'off', true) WHERE {exist}")
+
+
+def prefer_index_plans(conn: Connection, index_names: Sequence[str]) -> None:
+    if index_names:
+        conn.execute(prefer_the_indexes(index_names))
+
+
+def has_target_index(conn: Connection) -> bool:
+    """Whether ix_san_jobs_target exists (cached per database connection). The fused statement
+    probes it per target; without it that statement would scan the whole jobs table once per
+    batch with no parallel workers (a data-modifying statement gets none), so the portable count
+    query + insert is the faster path there."""
+    if "batch_pipeline.has_target_index" not in conn.info:
+        conn.info["batch_pipeline.has_target_index"] = conn.execute(
+            text("SELECT to_regclass('ix_san_jobs_target') IS NOT NULL")
+        ).scalar_one()
+    return conn.info["batch_pipeline.has_target_index"]
+
+
+def can_fuse(conn: Connection, source: JobSource) -> bool:
+    """Whether `enqueue_fused` is the faster form for this source: with the target index, or
+    for targets the statement creates itself (nothing to count, so no index to probe)."""
+    return source.creates_targets or has_target_index(conn)
+
+
+# -- expressions -------------------------------------------------------------------------------
+def id_in(column: ColumnElement, ids: Sequence[int]) -> ColumnElement:
+    """`column IN ids`, as one array parameter."""
+    return column == any_(bindparam(None, [int(i) for i in ids], type_=BigIntArray))
+
+
+def minutes_since(instant: datetime, column: ColumnElement) -> ColumnElement:
+    return cast(func.floor(func.extract("epoch", literal(instant, Timestamp) - column) / 60), Integer)
+
+
+def array_of(column, order_by=None):
+    """A scalar subquery aggregating `column` into one array (in `order_by` order): a batch's
+    outcome comes back as a few arrays in one row, decoded far faster than rows."""
+    return select(func.array_agg(column if order_by is None else aggregate_order_by(column, order_by))).scalar_subquery()
+
+
+def notify_jobs(channel: str, new_jobs):
+    """A scalar subquery that sends one pg_notify per row of `new_jobs` (anything with id,
+    job_type and target_id columns, e.g. an INSERT … RETURNING CTE), in id order, and counts
+    them. The payloads are built by PostgreSQL from the rows themselves."""
+    ordered = select(new_jobs.c.id, new_jobs.c.job_type, new_jobs.c.target_id).order_by(new_jobs.c.id).subquery()
+    payload = func.json_build_object(
+        "job_id", ordered.c.id, "job_type", ordered.c.job_type, "target_id", ordered.c.target_id
+    )
+    return select(func.count(func.pg_notify(literal(channel), cast(payload, Text)))).scalar_subquery()
+
+
+def notify_job_ids(channel: str):
+    """For write paths that could not announce in their own statement: pg_notify for the jobs
+    whose ids are bound as `job_ids` (one bigint array), payloads built from the rows."""
+    return select(notify_jobs(channel, select(jobs.c.id, jobs.c.job_type, jobs.c.target_id).where(
+        jobs.c.id == any_(bindparam("job_ids", type_=BigIntArray))
+    ).subquery()))
+
+
+# -- inserts -----------------------------------------------------------------------------------
+def insert_rows_statement(
+    table: Table, constants: Mapping[str, object], id_columns: Mapping[str, Sequence[int | None]], returning: Sequence[str]
+):
+    """INSERT … SELECT … FROM unnest(:a, :b) … RETURNING: one row per position of the
+    `id_columns` lists, two array parameters whatever the batch size; to run, or to use as a
+    CTE of a larger statement."""
+    names = list(id_columns)
+    arrays = func.unnest(
+        *(bindparam(None, list(id_columns[name]), type_=BigIntArray) for name in names)
+    ).table_valued(*names).render_derived(name="batch")
+    source = select(
+        *(literal(value, table.c[name].type).label(name) for name, value in constants.items()),
+        *(arrays.c[name] for name in names),
+    )
+    return insert(table).from_select([*constants, *names], source).returning(*(table.c[name] for name in returning))
+
+
+def insert_rows(conn: Connection, table: Table, constants, id_columns, returning) -> list[dict]:
+    """Insert one row per position of the `id_columns` lists; the `returning` columns by name."""
+    if not any(id_columns.values()):
+        return []
+    return [dict(row) for row in conn.execute(insert_rows_statement(table, constants, id_columns, returning)).mappings()]
+
+
+# -- the fused enqueue statement ---------------------------------------------------------------
+def _requested_from_targets(source: JobSource):
+    """A batch of target ids as the `requested` CTE: two array parameters and, with an
+    eligibility, the write-time re-check of each target. Sorted by target, so the per-target
+    probes walk the indexes in order."""
+    requests = sorted(source.requests, key=lambda request: request.target_id)
+    batch = func.unnest(
+        bindparam("target_ids", [r.target_id for r in requests], type_=BigIntArray),
+        bindparam("retry_of_ids", [r.retry_of_job_id for r in requests], type_=BigIntArray),
+    ).table_valued("target_id", "retry_of").render_derived(name="batch")
+    requested = select(
+        literal(source.job_type, jobs.c.job_type.type).label("job_type"), batch.c.target_id, batch.c.retry_of,
+        literal(0).label("closing"),
+    )
+    if source.eligibility is not None:
+        # A LATERAL … LIMIT 1 probe per target, by primary key: a plain join lets the planner
+        # hash every row matching the predicate (all unrefined scraps) for each batch, a cost
+        # that grows with the table, not the batch.
+        table, predicate = source.eligibility.table, source.eligibility.predicate
+        still_eligible = (
+            select(literal(1).label("eligible")).select_from(table)
+            .where(table.c.id == batch.c.target_id, predicate).limit(1).lateral("still_eligible")
+        )
+        requested = requested.join_from(batch, still_eligible, true())
+    return requested.cte("requested"), None
+
+
+def _requested_from_rows(source: JobSource):
+    """A data-modifying statement's RETURNING rows as the `requested` CTE, one row per
+    (job_type, target_id), retrying the oldest of its rows. Every CTE reads the snapshot from
+    before the statement: jobs the source closes are still active there, hence `closing`."""
+    statement = source.statement if source.statement is not None else insert_rows_statement(
+        source.inserts[0], **source.inserts[1])
+    rows = statement.cte("source")
+    job_type = literal(source.job_type, jobs.c.job_type.type) if source.job_type else rows.c.job_type
+    target = rows.c[source.target_column]
+    retry_of = func.min(rows.c[source.retry_of_column]) if source.retry_of_column else cast(null(), BigInteger)
+    requested = (
+        select(job_type.label("job_type"), target.label("target_id"), retry_of.label("retry_of"),
+               (func.count() if source.closes_active_jobs else literal(0)).label("closing"))
+        .group_by(*([target] if source.job_type else [rows.c.job_type, target]))
+        .cte("requested")
+    )
+    return requested, rows
+
+
+def enqueue_statement(source: JobSource, now: datetime, max_attempts: int, notify_channel: str | None = None):
+    """The one statement that enqueues a batch: `requested` (from the source), the attempt and
+    active counts (one index-only range per target on ix_san_jobs_target), the insert of one
+    PENDING job per target with no active job and under the cap, and the announcement. Its
+    one row holds labelled arrays, read by `decode_outcome`."""
+    requested, source_rows = (_requested_from_rows if source.from_rows else _requested_from_targets)(source)
+    if source.creates_targets:  # new targets have no jobs: nothing to count
+        counted = select(requested, literal(0).label("attempts"), literal(0).label("active_jobs")).cte("counted")
+    else:
+        counted = (
+            select(
+                requested.c.job_type, requested.c.target_id, requested.c.retry_of,
+                func.count(jobs.c.target_id).label("attempts"),  # target_id, not id: an index-only probe
+                (func.count(jobs.c.target_id).filter(jobs.c.status.in_(ACTIVE_STATUSES)) - requested.c.closing)
+                .label("active_jobs"),
+            )
+            .select_from(requested.outerjoin(
+                jobs, and_(jobs.c.target_id == requested.c.target_id, jobs.c.job_type == requested.c.job_type)))
+            .group_by(requested.c.job_type, requested.c.target_id, requested.c.retry_of, requested.c.closing)
+            .cte("counted")
+        )
+    active = counted.c.active_jobs > 0
+    exhausted = and_(~active, counted.c.attempts >= max_attempts) if max_attempts else false()
+    inserted = (
+        insert(jobs)
+        .from_select(
+            ["job_type", "target_id", "status", "created_at", "updated_at", "retry_of_job_id"],
+            select(
+                counted.c.job_type, counted.c.target_id, literal(PENDING, jobs.c.status.type),
+                literal(now, jobs.c.created_at.type), literal(now, jobs.c.updated_at.type), counted.c.retry_of,
+            ).where(~active, ~exhausted).order_by(counted.c.job_type, counted.c.target_id),
+        )
+        .returning(jobs.c.id, jobs.c.job_type, jobs.c.target_id, jobs.c.retry_of_job_id)
+        .cte("inserted")
+    )
+    columns = [
+        *(array_of(inserted.c[name], inserted.c.id).label(f"created_{name}")
+          for name in ("id", "job_type", "target_id", "retry_of_job_id")),
+        array_of(counted.c.job_type).where(active).label("active_job_type"),
+        array_of(counted.c.target_id).where(active).label("active_target_id"),
+        array_of(counted.c.job_type).where(exhausted).label("exhausted_job_type"),
+        array_of(counted.c.target_id).where(exhausted).label("exhausted_target_id"),
+        (notify_jobs(notify_channel, inserted) if notify_channel else null()).label("announced"),
+    ]
+    if source_rows is not None:
+        order = source_rows.c[source.returned[0]]
+        columns += [array_of(source_rows.c[name], order).label(f"source_{name}") for name in source.returned]
+    return select(*columns)
+
+
+def enqueue_fused(conn: Connection, source: JobSource, *, now: datetime, max_attempts: int,
+                  notify_channel: str | None) -> dict:
+    """Run `enqueue_statement`; its outcome by name: created jobs, active and exhausted
+    (job_type, target_id) pairs, whether it announced, and the source's rows."""
+    row = conn.execute(enqueue_statement(source, now, max_attempts, notify_channel)).one()._mapping
+    arrays = {name: value or [] for name, value in row.items() if name != "announced"}
+
+    def rows_of(prefix: str, names: Sequence[str]) -> list[dict]:
+        return [dict(zip(names, values)) for values in zip(*(arrays[f"{prefix}_{name}"] for name in names))]
+
+    return {
+        "created": rows_of("created", ("id", "job_type", "target_id", "retry_of_job_id")),
+        "already_active": list(zip(arrays["active_job_type"], arrays["active_target_id"])),
+        "exhausted": list(zip(arrays["exhausted_job_type"], arrays["exhausted_target_id"])),
+        "announced": row["announced"] is not None,
+        "source_rows": rows_of("source", source.returned) if source.from_rows else [],
+    }
