@@ -32,6 +32,8 @@ def san_resources() -> dict:
         dispatcher["redis_url"] = EnvVar("SAN_REDIS_URL")
     if os.environ.get("SAN_REDIS_STREAM"):
         dispatcher["redis_stream"] = EnvVar("SAN_REDIS_STREAM")
+    if os.environ.get("SAN_NOTIFY_CHANNEL"):
+        dispatcher["notify_channel"] = EnvVar("SAN_NOTIFY_CHANNEL")
     return {
         "san_database": SanDatabase(url=_from_env("SAN_DATABASE_URL")),
         "job_dispatcher": JobDispatcherResource(**dispatcher),

@@ -172,16 +172,26 @@ WRITE_PATHS = ["sqlite", "postgres", "postgres_with_target_index"]
 PG_WRITE_PATHS = [path for path in WRITE_PATHS if path.startswith("postgres")]
 
 
+class Notifications(list):
+    """The payloads a test heard, and the channel it listened on (its own)."""
+
+    def __init__(self, channel: str):
+        super().__init__()
+        self.channel = channel
+
+
 @contextmanager
-def job_notifications(db: "SanDb") -> Iterator[list[dict]]:
-    """LISTEN on san_jobs during the block; afterwards the list holds every payload received
-    (each one, duplicates included), collected until the channel has been quiet for 1 s."""
+def job_notifications(db: "SanDb") -> Iterator[Notifications]:
+    """LISTEN on a channel of this test's own during the block (LISTEN channels are per
+    database, not per schema: tests in the shared test database must not hear each other);
+    afterwards the list holds every payload received on it (each one, duplicates included),
+    collected until the channel has been quiet for 1 s. Announce with `received.channel`."""
     url = make_url(db.url)
     conn = psycopg.connect(host=url.host, port=url.port or 5432, user=url.username, dbname=url.database,
                            autocommit=True)
-    received: list[dict] = []
+    received = Notifications(f"san_jobs_test_{uuid.uuid4().hex[:12]}")
     try:
-        conn.execute("LISTEN san_jobs")
+        conn.execute(f"LISTEN {received.channel}")
         yield received
         received += [json.loads(n.payload) for n in conn.notifies(timeout=1)]
     finally:

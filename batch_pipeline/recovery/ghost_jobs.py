@@ -106,8 +106,8 @@ def detect_stale_jobs_query(rule: GhostRule):
 # With both recommended indexes, ghost detection needs no sequential scan: the partial index
 # holds the active jobs, ix_san_jobs_target the attempt counts. Yet at SAN's size PostgreSQL
 # prices a bitmap scan of the active jobs (a recent tail of the table) as if they were spread
-# over every page, and at scale 10 it sometimes read all 54 M jobs instead (8.7 s, not 4.1 s;
-# docs/benchmarks.md). So detection turns sequential scans off when both indexes exist.
+# over every page, and at scale 10 it sometimes read the whole jobs table instead
+# (docs/benchmarks.md, "Scale 10"). So detection turns sequential scans off when both exist.
 GHOST_DETECTION_PREFERS = ("ix_san_jobs_active_created", "ix_san_jobs_target")
 
 

@@ -28,7 +28,7 @@ ORPHAN_SCRAPS = TargetRecovery(
     uses_scrap_lookback=True,
     needs_work_per_row=has_no_card_probe,
     # The full sweep's anti-join hashes every card's scrap_id, which spills to disk at SAN's
-    # size; merging the two key indexes in id order needs no hash (docs/benchmarks.md, "the
-    # orphan merge"). Both are the app's own; only the job probes need ix_san_jobs_target.
+    # size; merging the two key indexes in id order needs no hash (docs/benchmarks.md, "Third
+    # round"). Both are the app's own; only the job probes need ix_san_jobs_target.
     full_sweep_prefers=("ix_san_jobs_target",),
 )

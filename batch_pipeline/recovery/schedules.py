@@ -25,5 +25,5 @@ def recovery_schedule(timezone: str) -> ScheduleDefinition:
         cron_schedule=recovery_cron(),
         execution_timezone=timezone,
         default_status=DefaultScheduleStatus.RUNNING,
-        description=f"runRecovery() ({recovery_cron()}): " + ", ".join(r.area for r in RECOVERIES) + ", in that order.",
+        description="runRecovery(): " + ", ".join(r.area for r in RECOVERIES) + ", in that order (SAN_RECOVERY_CRON).",
     )

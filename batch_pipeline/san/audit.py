@@ -2,8 +2,8 @@
 complete; id lists stop at AUDIT_ID_LIMIT per kind and run, with `ids_truncated` saying so.
 
 A materialization's metadata is stored in Dagster's event log and rendered by the UI: a
-catch-up run listing 200,000 ids would bloat both, and serialising 40,000 ids cost the TIL
-op a quarter of a second at scale 1 (docs/benchmarks.md).
+catch-up run listing hundreds of thousands of ids would bloat both, and serialising them
+is a measurable share of the TIL op (docs/benchmarks.md, "Figures behind the code").
 """
 
 from collections.abc import Sequence

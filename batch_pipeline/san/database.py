@@ -20,7 +20,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 from batch_pipeline.san.dialects import dialect, sqlite
 
 # Rows per write transaction: small enough that a batch holds its locks briefly, large enough
-# that a round trip is amortised (docs/benchmarks.md, "batch size").
+# that a round trip is amortised (docs/benchmarks.md, "Figures behind the code").
 BATCH_SIZE = 5_000
 LOCK_TIMEOUT_MS = 5_000
 STATEMENT_TIMEOUT_MS = 120_000

@@ -7,6 +7,7 @@ job stays PENDING and the next ghost-job recovery re-announces it.
 """
 
 import logging
+import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -16,14 +17,15 @@ from batch_pipeline.san.dialects.postgresql import notify_job_ids
 
 log = logging.getLogger(__name__)
 
-PG_NOTIFY_CHANNEL = "san_jobs"
+PG_NOTIFY_CHANNEL = "san_jobs"  # SAN_NOTIFY_CHANNEL overrides it: two SAN environments can share a server
 REDIS_STREAM = "san:jobs"
 DISPATCHER_KINDS = ("pg_notify", "redis_stream", "none")
 
 
 class NewJob(NamedTuple):
     """A job batch_pipeline created, as announced to the workers. (A NamedTuple: a run builds
-    tens of thousands, and a tuple is ~3 x cheaper to build than a frozen dataclass.)"""
+    tens of thousands, and a tuple is much cheaper to build than a frozen dataclass: see
+    docs/benchmarks.md, "Figures behind the code".)"""
 
     job_id: int
     job_type: str
@@ -54,16 +56,31 @@ class Dispatcher:
         return 0
 
 
+# A channel SAN's workers can LISTEN on without quoting.
+_CHANNEL_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def check_notify_channel(channel: str) -> str:
+    if not _CHANNEL_NAME.fullmatch(channel or ""):
+        raise DispatcherConfigError(
+            f"SAN_NOTIFY_CHANNEL={channel!r} is not a pg_notify channel name (lower-case letters, digits "
+            "and _, at most 63, not starting with a digit; e.g. san_jobs)"
+        )
+    return channel
+
+
 class PgNotifyDispatcher(Dispatcher):
     kind = "pg_notify"
-    statement_channel = PG_NOTIFY_CHANNEL
-    # For write paths that could not announce in their own statement: the payloads are built
-    # from the rows just inserted; one bigint array goes over the wire, not escaped text.
-    _NOTIFY = notify_job_ids(PG_NOTIFY_CHANNEL)
+
+    def __init__(self, channel: str = PG_NOTIFY_CHANNEL):
+        self.statement_channel = check_notify_channel(channel)
+        # For write paths that could not announce in their own statement: the payloads are
+        # built from the rows just inserted; one bigint array goes over the wire, not text.
+        self._notify = notify_job_ids(channel)
 
     def announce_in_transaction(self, conn: Connection, new_jobs: Sequence[NewJob]) -> None:
         if new_jobs:
-            conn.execute(self._NOTIFY, {"job_ids": [job.job_id for job in new_jobs]})
+            conn.execute(self._notify, {"job_ids": [job.job_id for job in new_jobs]})
 
 
 class RedisStreamDispatcher(Dispatcher):
@@ -106,7 +123,8 @@ class RedisStreamDispatcher(Dispatcher):
         return 0
 
 
-def build_dispatcher(kind: str | None, dialect_name: str, redis_url: str, redis_stream: str = REDIS_STREAM) -> Dispatcher:
+def build_dispatcher(kind: str | None, dialect_name: str, redis_url: str, redis_stream: str = REDIS_STREAM,
+                     notify_channel: str = PG_NOTIFY_CHANNEL) -> Dispatcher:
     """The dispatcher SAN_JOB_DISPATCHER names; unset: pg_notify on PostgreSQL, none on SQLite."""
     chosen = (kind or "").strip().lower() or ("pg_notify" if dialect_name == "postgresql" else "none")
     if chosen not in DISPATCHER_KINDS:
@@ -118,7 +136,7 @@ def build_dispatcher(kind: str | None, dialect_name: str, redis_url: str, redis_
             raise DispatcherConfigError(
                 f"SAN_JOB_DISPATCHER=pg_notify needs PostgreSQL, but the SAN database is {dialect_name}"
             )
-        return PgNotifyDispatcher()
+        return PgNotifyDispatcher(notify_channel)
     if chosen == "redis_stream":
         return RedisStreamDispatcher(redis_url, stream=redis_stream)
     return Dispatcher()

@@ -44,7 +44,7 @@ class FrameSchema:
         Database timestamps arrive aware (PostgreSQL) or naive UTC (SQLite); both become UTC.
         """
         # One fetch of plain tuples, then one typed column at a time: no per-row Row objects
-        # and no dtype inference over Python objects (~3 x faster for 25,000 rows).
+        # and no dtype inference over Python objects (docs/benchmarks.md, "Figures behind the code").
         rows = rows.tuples().all() if isinstance(rows, Result) else list(rows)
         values = list(zip(*rows)) if rows else [()] * len(self.columns)
         return pd.DataFrame({

@@ -15,7 +15,9 @@ from batch_pipeline.san.database import (
     embedded_database_url,
     read_transaction,
 )
-from batch_pipeline.san.dispatch import REDIS_STREAM, Dispatcher, DispatcherConfigError, build_dispatcher
+from batch_pipeline.san.dispatch import (
+    PG_NOTIFY_CHANNEL, REDIS_STREAM, Dispatcher, DispatcherConfigError, build_dispatcher,
+)
 from batch_pipeline.san.schema import SanSchemaError, verify_schema
 
 
@@ -77,9 +79,13 @@ class JobDispatcherResource(ConfigurableResource):
     redis_stream: str = Field(
         default=REDIS_STREAM, description="The stream SAN's workers read (SAN_REDIS_STREAM)."
     )
+    notify_channel: str = Field(
+        default=PG_NOTIFY_CHANNEL, description="The pg_notify channel SAN's workers LISTEN on (SAN_NOTIFY_CHANNEL)."
+    )
 
     def for_database(self, engine: Engine) -> Dispatcher:
         try:
-            return build_dispatcher(self.kind, engine.dialect.name, self.redis_url, self.redis_stream)
+            return build_dispatcher(self.kind, engine.dialect.name, self.redis_url, self.redis_stream,
+                                    self.notify_channel)
         except DispatcherConfigError as error:
             raise Failure(description=str(error), allow_retries=False) from error

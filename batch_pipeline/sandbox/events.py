@@ -10,12 +10,13 @@ ghost-job recovery replaces it with a new job, whose event is drawn afresh.
 """
 
 import json
+import os
 import time
 
 from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 
-from batch_pipeline.san.dispatch import DISPATCHER_KINDS, PG_NOTIFY_CHANNEL, REDIS_STREAM
+from batch_pipeline.san.dispatch import DISPATCHER_KINDS, PG_NOTIFY_CHANNEL, REDIS_STREAM, check_notify_channel
 from batch_pipeline.san.schema import PENDING, jobs
 
 CONSUMER_GROUP = "san-workers"
@@ -33,11 +34,12 @@ class JobEvents:
 
 
 class PgNotifyEvents(JobEvents):
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine, channel: str | None = None):
+        channel = check_notify_channel(channel or os.environ.get("SAN_NOTIFY_CHANNEL") or PG_NOTIFY_CHANNEL)
         self._raw = engine.raw_connection()
         self._conn = self._raw.driver_connection  # the psycopg connection
         self._conn.autocommit = True
-        self._conn.execute(f"LISTEN {PG_NOTIFY_CHANNEL}")
+        self._conn.execute(f"LISTEN {channel}")
 
     def next_job_ids(self, timeout_s: float) -> list[int]:
         return [int(json.loads(n.payload)["job_id"]) for n in self._conn.notifies(timeout=timeout_s, stop_after=1)]

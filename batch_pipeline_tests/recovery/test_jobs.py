@@ -186,7 +186,8 @@ def test_pg_notify_is_the_default_on_postgres_and_announces_every_new_job_once(p
     pg_path_db.job(SCRAP_REFINE, second_ghost_scrap, PENDING, created_at=pg_path_db.ago(hours=1))
     with job_notifications(pg_path_db) as payloads:
         result = defs.resolve_job_def("recovery_job").execute_in_process(
-            resources={"san_database": SanDatabase(url=pg_path_db.url), "job_dispatcher": JobDispatcherResource()},
+            resources={"san_database": SanDatabase(url=pg_path_db.url),
+                       "job_dispatcher": JobDispatcherResource(notify_channel=payloads.channel)},
             instance=DagsterInstance.ephemeral(),
         )
     assert result.success

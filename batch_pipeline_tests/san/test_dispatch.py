@@ -38,10 +38,10 @@ def pg_path_db(request, tmp_path):
 
 
 def test_pg_notify_payloads_arrive_once_per_job_when_the_jobs_commit(pg_path_db):
-    dispatcher = PgNotifyDispatcher()
     statements = []
     event.listen(pg_path_db.engine, "before_cursor_execute", lambda conn, cursor, sql, *_: statements.append(sql))
     with job_notifications(pg_path_db) as payloads:
+        dispatcher = PgNotifyDispatcher(payloads.channel)
         results, report = run_in_batches(pg_path_db.engine, dispatcher, [11, 12, 13], 2, enqueue_batch(pg_path_db, dispatcher))
     created = [job for outcome in results for job in outcome.created]
     assert report.batches == 2
@@ -59,8 +59,8 @@ def test_pg_notify_payloads_arrive_once_per_job_when_the_jobs_commit(pg_path_db)
 
 
 def test_pg_notify_is_not_sent_when_the_batch_rolls_back(pg_path_db):
-    dispatcher = PgNotifyDispatcher()
     with job_notifications(pg_path_db) as payloads:
+        dispatcher = PgNotifyDispatcher(payloads.channel)
         with pytest.raises(RuntimeError):
             with write_transaction(pg_path_db.engine) as tx:
                 enqueue_batch(pg_path_db, dispatcher)(tx, [41, 42])  # the statement's own notify, if any
@@ -94,6 +94,15 @@ def test_redis_down_keeps_the_jobs_and_counts_the_failures(san_db, caplog):
     assert report.announce_failures == 2
     assert sorted(j.target_id for j in san_db.jobs()) == [31, 32]
     assert "could not announce 2 job(s)" in caplog.text
+
+
+def test_the_notify_channel_is_configurable_and_checked():
+    assert build_dispatcher("pg_notify", "postgresql", REDIS_URL, notify_channel="san_jobs_staging").statement_channel == (
+        "san_jobs_staging")
+    assert build_dispatcher(None, "postgresql", REDIS_URL).statement_channel == "san_jobs"
+    for wrong in ("", "San-Jobs", "1jobs", "x" * 64, "jobs; DROP TABLE jobs"):
+        with pytest.raises(DispatcherConfigError, match="SAN_NOTIFY_CHANNEL="):
+            build_dispatcher("pg_notify", "postgresql", REDIS_URL, notify_channel=wrong)
 
 
 def test_dispatcher_choice():

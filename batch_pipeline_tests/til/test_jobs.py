@@ -64,7 +64,8 @@ def test_pg_notify_announces_every_til_job_once(pg_db):
     for user in users:
         pg_db.scrap(user, created_at=at("2026-11-28"), card=True)
     with job_notifications(pg_db) as payloads:
-        result, _ = run_til(pg_db, "2026-11-28", dispatcher=JobDispatcherResource(kind="pg_notify"), config={"batch_size": 2})
+        result, _ = run_til(pg_db, "2026-11-28", dispatcher=JobDispatcherResource(kind="pg_notify", notify_channel=payloads.channel),
+                        config={"batch_size": 2})
     assert result.success
     jobs = sorted((job.id, TIL_GENERATION, job.target_id) for job in pg_db.jobs())
     assert len(jobs) == 3

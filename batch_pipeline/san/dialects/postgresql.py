@@ -8,7 +8,7 @@
 - transaction-local settings: bounded lock and statement waits, no JIT, planner preferences;
 - the advisory lock that serialises batch_pipeline's own writers.
 
-Numbers behind these choices are in docs/benchmarks.md.
+Numbers behind these choices: docs/benchmarks.md, "Figures behind the code".
 """
 
 from __future__ import annotations
