@@ -7,10 +7,8 @@ from dagster import Definitions, EnvVar
 from batch_pipeline.alerts.sensors import check_failure_alert, run_failure_alert
 from batch_pipeline.operations.run_retention import build_run_retention_job, run_retention_days, run_retention_schedule
 from batch_pipeline.recovery.assets import recovery_assets
-from batch_pipeline.recovery.checks import recovery_checks
-from batch_pipeline.recovery.jobs import recovery_checks_job, recovery_job
+from batch_pipeline.recovery.jobs import recovery_job
 from batch_pipeline.recovery.schedules import recovery_schedule
-from batch_pipeline.recovery.sensors import recovery_checks_after_run
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.timezone import san_timezone_name
 from batch_pipeline.til.assets import til_asset
@@ -50,14 +48,13 @@ def build_definitions() -> Definitions:
     run_retention_job = build_run_retention_job(keep_days)
     return Definitions(
         assets=[*recovery_assets, til_asset(days)],
-        asset_checks=[*recovery_checks, til_coverage],
-        jobs=[recovery_job, til_job, recovery_checks_job, til_checks_job, run_retention_job],
+        asset_checks=[til_coverage],  # the recovery assets carry their checks themselves
+        jobs=[recovery_job, til_job, til_checks_job, run_retention_job],
         schedules=[recovery_schedule(timezone), til_schedule(til_job), run_retention_schedule(run_retention_job, keep_days, timezone)],
         sensors=[
-            recovery_checks_after_run,
             til_checks_after_run(til_job, til_checks_job),
             run_failure_alert,
-            check_failure_alert([recovery_checks_job, til_checks_job]),
+            check_failure_alert([recovery_job, til_checks_job]),
         ],
         resources=san_resources(),
     )

@@ -25,6 +25,7 @@ from batch_pipeline.recovery.ghost_jobs import (
     ghost_source,
 )
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
+from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.recovery.plan import MAX_ATTEMPTS
 from batch_pipeline.recovery.registry import RECOVERIES
 from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE, TargetRecovery, detect_query
@@ -133,7 +134,8 @@ def step_durations(instance, result) -> dict[str, float]:
         if event.event_type_value == "STEP_START":
             starts[event.step_key] = entry.timestamp
         elif event.event_type_value == "STEP_SUCCESS":
-            durations[event.step_key] = entry.timestamp - starts[event.step_key]
+            # by op name: recovery_job's steps are ops of the run_recovery graph ("run_recovery.x")
+            durations[event.step_key.rsplit(".", 1)[-1]] = entry.timestamp - starts[event.step_key]
     return durations
 
 
@@ -141,11 +143,10 @@ def run_pipeline(job_name: str, url: str, config: dict, partition_key: str | Non
     """One run through Dagster, timed from launch to finish; returns (seconds, result, instance)."""
     instance = DagsterInstance.ephemeral()
     started = time.perf_counter()
+    job_config = recovery_run_config(config) if job_name == "recovery_job" else {
+        "ops": {"check_san_database": {"config": config}}}
     result = defs.resolve_job_def(job_name).execute_in_process(
-        run_config={
-            "ops": {"check_san_database": {"config": config}},
-            "loggers": {"console": {"config": {"log_level": "WARNING"}}},
-        },
+        run_config={**job_config, "loggers": {"console": {"config": {"log_level": "WARNING"}}}},
         resources={"san_database": SanDatabase(url=url), "job_dispatcher": JobDispatcherResource()},
         instance=instance,
         partition_key=partition_key,

@@ -1,28 +1,25 @@
-"""Asset checks on the recovery assets, run after every recovery run (see sensors.py).
+"""Asset checks on the recovery assets, evaluated inside every recovery_job run (not a second
+run): each recover op yields its area's checks beside its materialization, and the last op
+yields the database-wide ones.
 
-- ghost_backlog       no job stale for more than BACKLOG_FACTOR x its threshold: recovery keeps up (ERROR)
-- exhausted_targets   targets that reached max_attempts since the previous run (WARN, with ids), per recovery
-- deferred_backlog    work deferred by the per-run cap more than DEFERRED_RUNS_IN_A_ROW runs in a row (WARN), per recovery
-- recovery_indexes    the recommended indexes exist on the SAN database (WARN, with the DDL)
+- ghost_backlog         no job stale for more than BACKLOG_FACTOR x its threshold: recovery keeps up (ERROR)
+- recovery_indexes      the recommended indexes exist on the SAN database (WARN, with the DDL)
 - unknown_job_statuses  jobs whose status is none of PENDING/PROCESSING/COMPLETED/FAILED (WARN)
+- exhausted_targets     per recovery: targets that reached max_attempts since the previous run (WARN, with ids)
+- deferred_backlog      per recovery: work deferred by the per-run cap more than DEFERRED_RUNS_IN_A_ROW runs in a row (WARN)
+
+The checks are plain functions of a report, earlier audits or a connection; ops.py runs them.
 """
 
 from datetime import timedelta
 
-from dagster import (
-    AssetCheckExecutionContext,
-    AssetCheckResult,
-    AssetCheckSeverity,
-    AssetKey,
-    asset_check,
-)
+from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetKey, DagsterInstance
 from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
 
 from batch_pipeline.recovery import ghost_jobs
-from batch_pipeline.recovery.plan import minutes
-from batch_pipeline.recovery.registry import AREAS
-from batch_pipeline.san.database import read_transaction, utc_now
-from batch_pipeline.san.resources import SanDatabase
+from batch_pipeline.recovery.plan import RecoveryReport, minutes
+from batch_pipeline.recovery.registry import RECOVERIES
 from batch_pipeline.san.schema import JOB_STATUSES, index_advice, jobs
 
 # The backlog limit, as a multiple of the run's thresholds: a job stale for longer has been
@@ -31,96 +28,115 @@ BACKLOG_FACTOR = 2
 DEFERRED_RUNS_IN_A_ROW = 3
 ID_SAMPLE = 100
 
+GHOST_BACKLOG = AssetCheckSpec(
+    "ghost_backlog", asset=ghost_jobs.AREA,
+    description=f"No job has been stale for more than {BACKLOG_FACTOR} x its threshold ("
+    f"{BACKLOG_FACTOR * minutes(ghost_jobs.STALE_PENDING_AFTER)} min PENDING, "
+    f"{BACKLOG_FACTOR * minutes(ghost_jobs.STALE_PROCESSING_AFTER)} min PROCESSING by default).",
+)
+RECOVERY_INDEXES = AssetCheckSpec(
+    "recovery_indexes", asset=ghost_jobs.AREA,
+    description="The recommended indexes exist on the SAN database; otherwise detection scans whole tables.",
+)
+UNKNOWN_JOB_STATUSES = AssetCheckSpec(
+    "unknown_job_statuses", asset=ghost_jobs.AREA,
+    description="Jobs whose status is not one batch_pipeline knows; they are left alone and counted here.",
+)
+DATABASE_CHECKS = (GHOST_BACKLOG, RECOVERY_INDEXES, UNKNOWN_JOB_STATUSES)
 
-def recent_audits(context: AssetCheckExecutionContext, area: str, limit: int) -> list[dict]:
-    """The metadata of the area's latest materializations, newest first."""
-    records = context.instance.fetch_materializations(AssetKey(area), limit=limit).records
-    return [{k: v.value for k, v in r.asset_materialization.metadata.items()} for r in records]
 
-
-def backlog_rule(audit: dict | None) -> ghost_jobs.GhostRule:
-    """BACKLOG_FACTOR x the thresholds the latest run used (the design's defaults before any run)."""
-    used = (audit or {}).get("thresholds", {})
-    pending = used.get("stale_pending_after_minutes", minutes(ghost_jobs.STALE_PENDING_AFTER))
-    processing = used.get("stale_processing_after_minutes", minutes(ghost_jobs.STALE_PROCESSING_AFTER))
-    return ghost_jobs.GhostRule(
-        now=utc_now(),
-        stale_pending_after=BACKLOG_FACTOR * timedelta(minutes=pending),
-        stale_processing_after=BACKLOG_FACTOR * timedelta(minutes=processing),
+def area_checks(area: str) -> tuple[AssetCheckSpec, AssetCheckSpec]:
+    """The two checks every recovery has: exhausted_targets and deferred_backlog."""
+    return (
+        AssetCheckSpec("exhausted_targets", asset=area,
+                       description="Targets that reached max_attempts since the previous run: poison targets to look at."),
+        AssetCheckSpec("deferred_backlog", asset=area,
+                       description=f"Work deferred by the per-run cap for more than {DEFERRED_RUNS_IN_A_ROW} runs in a row."),
     )
 
 
-@asset_check(asset=ghost_jobs.AREA, name="ghost_backlog",
-             description=f"No job has been stale for more than {BACKLOG_FACTOR} x its threshold ("
-             f"{BACKLOG_FACTOR * minutes(ghost_jobs.STALE_PENDING_AFTER)} min PENDING, "
-             f"{BACKLOG_FACTOR * minutes(ghost_jobs.STALE_PROCESSING_AFTER)} min PROCESSING by default).")
-def ghost_backlog(context: AssetCheckExecutionContext, san_database: SanDatabase) -> AssetCheckResult:
-    audits = recent_audits(context, ghost_jobs.AREA, 1)
-    rule = backlog_rule(audits[0] if audits else None)
-    with read_transaction(san_database.get_engine()) as conn:
-        count = conn.execute(select(func.count()).select_from(jobs).where(ghost_jobs.is_stale(rule))).scalar_one()
-        sample = conn.execute(select(jobs.c.id).where(ghost_jobs.is_stale(rule)).order_by(jobs.c.id).limit(ID_SAMPLE)).scalars().all()
+RECOVERY_CHECKS = (*DATABASE_CHECKS, *(spec for recovery in RECOVERIES for spec in area_checks(recovery.area)))
+
+
+def output_name(spec: AssetCheckSpec) -> str:
+    """The graph output that carries a check's result (Dagster's naming for check outputs)."""
+    return f"{spec.asset_key.to_python_identifier()}_{spec.name}"
+
+
+def recent_audits(instance: DagsterInstance, area: str, limit: int) -> list[dict]:
+    """The metadata of the area's latest materializations, newest first."""
+    records = instance.fetch_materializations(AssetKey(area), limit=limit).records
+    return [{k: v.value for k, v in r.asset_materialization.metadata.items()} for r in records]
+
+
+# -- per recovery: from this run's report and the runs before it ------------------------------
+def exhausted_targets(report: RecoveryReport, earlier: list[dict]) -> AssetCheckResult:
+    before = set(earlier[0].get("exhausted_ids", [])) if earlier else set()
+    new = [i for i in report.exhausted_ids if i not in before]
     return AssetCheckResult(
+        asset_key=report.area, check_name="exhausted_targets",
+        passed=not new,
+        severity=AssetCheckSeverity.WARN,
+        description=None if not new else f"{len(new)} targets reached max_attempts and get no new job",
+        metadata={"newly_exhausted": len(new), "exhausted_ids": new[:ID_SAMPLE]},
+    )
+
+
+def deferred_backlog(report: RecoveryReport, earlier: list[dict]) -> AssetCheckResult:
+    streak = 0
+    for deferred in [report.deferred, *(audit.get("deferred") for audit in earlier)]:
+        if not deferred:
+            break
+        streak += 1
+    backlog = streak > DEFERRED_RUNS_IN_A_ROW
+    return AssetCheckResult(
+        asset_key=report.area, check_name="deferred_backlog",
+        passed=not backlog,
+        severity=AssetCheckSeverity.WARN,
+        description=None if not backlog else
+        f"deferred for {streak} runs in a row: raise max_enqueue_per_run or run more often",
+        metadata={"runs_in_a_row_with_deferred_work": streak, "deferred_last_run": report.deferred},
+    )
+
+
+# -- database-wide: read at the end of the run ------------------------------------------------
+def backlog_rule(rule: ghost_jobs.GhostRule) -> ghost_jobs.GhostRule:
+    """BACKLOG_FACTOR x the thresholds this run used."""
+    return ghost_jobs.GhostRule(
+        now=rule.now,
+        stale_pending_after=BACKLOG_FACTOR * rule.stale_pending_after,
+        stale_processing_after=BACKLOG_FACTOR * rule.stale_processing_after,
+    )
+
+
+def ghost_backlog(conn: Connection, rule: ghost_jobs.GhostRule) -> AssetCheckResult:
+    limit = backlog_rule(rule)
+    count = conn.execute(select(func.count()).select_from(jobs).where(ghost_jobs.is_stale(limit))).scalar_one()
+    sample = conn.execute(
+        select(jobs.c.id).where(ghost_jobs.is_stale(limit)).order_by(jobs.c.id).limit(ID_SAMPLE)
+    ).scalars().all()
+    return AssetCheckResult(
+        asset_key=ghost_jobs.AREA, check_name=GHOST_BACKLOG.name,
         passed=count == 0,
         severity=AssetCheckSeverity.ERROR,
-        description=None if count == 0 else f"{count} jobs stale for more than {BACKLOG_FACTOR} x the threshold: recovery is not keeping up",
+        description=None if count == 0 else
+        f"{count} jobs stale for more than {BACKLOG_FACTOR} x the threshold: recovery is not keeping up",
         metadata={
             "stale_beyond_twice_threshold": count,
-            "job_ids": sample,
-            "pending_limit_minutes": rule.stale_pending_after.total_seconds() / 60,
-            "processing_limit_minutes": rule.stale_processing_after.total_seconds() / 60,
+            "job_ids": list(sample),
+            "pending_limit_minutes": limit.stale_pending_after / timedelta(minutes=1),
+            "processing_limit_minutes": limit.stale_processing_after / timedelta(minutes=1),
         },
     )
 
 
-def exhausted_targets_check(area: str):
-    @asset_check(asset=area, name="exhausted_targets",
-                 description="Targets that reached max_attempts since the previous run: poison scraps to look at.")
-    def exhausted_targets(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        latest, *previous = recent_audits(context, area, 2) or [{}]
-        before = set(previous[0].get("exhausted_ids", [])) if previous else set()
-        new = [i for i in latest.get("exhausted_ids", []) if i not in before]
-        return AssetCheckResult(
-            passed=not new,
-            severity=AssetCheckSeverity.WARN,
-            description=None if not new else f"{len(new)} targets reached max_attempts and get no new job",
-            metadata={"newly_exhausted": len(new), "exhausted_ids": new[:ID_SAMPLE]},
-        )
-
-    return exhausted_targets
-
-
-def deferred_backlog_check(area: str):
-    @asset_check(asset=area, name="deferred_backlog",
-                 description=f"Work deferred by the per-run cap for more than {DEFERRED_RUNS_IN_A_ROW} runs in a row.")
-    def deferred_backlog(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        audits = recent_audits(context, area, DEFERRED_RUNS_IN_A_ROW + 1)
-        streak = 0
-        for audit in audits:
-            if not audit.get("deferred"):
-                break
-            streak += 1
-        backlog = streak > DEFERRED_RUNS_IN_A_ROW
-        return AssetCheckResult(
-            passed=not backlog,
-            severity=AssetCheckSeverity.WARN,
-            description=None if not backlog else
-            f"deferred for {streak} runs in a row: raise max_enqueue_per_run or run more often",
-            metadata={"runs_in_a_row_with_deferred_work": streak, "deferred_last_run": audits[0].get("deferred", 0) if audits else 0},
-        )
-
-    return deferred_backlog
-
-
-@asset_check(asset=ghost_jobs.AREA, name="recovery_indexes",
-             description="The recommended indexes exist on the SAN database; otherwise detection scans whole tables.")
-def recovery_indexes(san_database: SanDatabase) -> AssetCheckResult:
-    with read_transaction(san_database.get_engine()) as conn:
-        advice = index_advice(conn)
+def recovery_indexes(conn: Connection) -> AssetCheckResult:
+    advice = index_advice(conn)
     problems = (["missing: " + ", ".join(ix.name for ix in advice.missing)] if advice.missing else []) + (
         ["superseded (drop once the replacement exists): " + ", ".join(advice.superseded)] if advice.superseded else []
     )
     return AssetCheckResult(
+        asset_key=ghost_jobs.AREA, check_name=RECOVERY_INDEXES.name,
         passed=not problems,
         severity=AssetCheckSeverity.WARN,
         description=None if not problems else "; ".join(problems) + " (or run `python -m batch_pipeline create-indexes`)",
@@ -140,13 +156,11 @@ UNKNOWN_STATUSES = (
 )
 
 
-@asset_check(asset=ghost_jobs.AREA, name="unknown_job_statuses",
-             description="Jobs whose status is not one batch_pipeline knows; they are left alone and counted here.")
-def unknown_job_statuses(san_database: SanDatabase) -> AssetCheckResult:
-    with read_transaction(san_database.get_engine()) as conn:
-        rows = conn.execute(UNKNOWN_STATUSES).all()
+def unknown_job_statuses(conn: Connection) -> AssetCheckResult:
+    rows = conn.execute(UNKNOWN_STATUSES).all()
     total = sum(row.jobs for row in rows)
     return AssetCheckResult(
+        asset_key=ghost_jobs.AREA, check_name=UNKNOWN_JOB_STATUSES.name,
         passed=total == 0,
         severity=AssetCheckSeverity.WARN,
         description=None if not total else
@@ -158,10 +172,5 @@ def unknown_job_statuses(san_database: SanDatabase) -> AssetCheckResult:
     )
 
 
-recovery_checks = [
-    ghost_backlog,
-    recovery_indexes,
-    unknown_job_statuses,
-    *(exhausted_targets_check(area) for area in AREAS),
-    *(deferred_backlog_check(area) for area in AREAS),
-]
+def database_checks(conn: Connection, rule: ghost_jobs.GhostRule) -> list[AssetCheckResult]:
+    return [ghost_backlog(conn, rule), recovery_indexes(conn), unknown_job_statuses(conn)]

@@ -1,12 +1,14 @@
 """Dagster ops of recovery_job: a detect op and a re-enqueue op per recovery of the registry,
-thin wrappers over each recovery's plain functions.
+thin wrappers over each recovery's plain functions, and a last op for the database-wide checks.
 
-The run config is given once, to `check_san_database` (san/ops.py), which validates it and
-passes it on to every other op as the `settings` input.
+The run config is given once, to the run_recovery graph (assets.py), which hands it to
+`check_san_database` (san/ops.py); that op validates it and passes it on to every other op as
+the `settings` input.
 """
 
-from dagster import AssetMaterialization, In, Nothing, OpDefinition, OpExecutionContext, Out, op
+from dagster import AssetObservation, In, Nothing, OpDefinition, OpExecutionContext, Out, Output, op
 
+from batch_pipeline.recovery import checks, ghost_jobs
 from batch_pipeline.recovery.config import RecoveryConfig
 from batch_pipeline.recovery.plan import RecoveryReport
 from batch_pipeline.recovery.registry import RECOVERIES
@@ -15,19 +17,27 @@ from batch_pipeline.san.memory import paused_gc
 from batch_pipeline.san.ops import DATABASE_RETRY, as_metadata, san_database_check_op, warn_about_unannounced_jobs
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 
+check_san_database = san_database_check_op(RecoveryConfig, "check_san_database")
 
-def record_audit(context: OpExecutionContext, report: RecoveryReport) -> None:
-    """The audit trail: one materialization per area and run, zeros included."""
-    context.log_event(AssetMaterialization(asset_key=report.area, metadata=as_metadata(report.metadata())))
+
+def audit_trail(context: OpExecutionContext, recovery, report: RecoveryReport):
+    """The audit trail: one materialization per area and run, zeros included, with the area's
+    checks beside it. A dry run records an observation instead, so the materialization
+    history (and its plots) holds only runs that wrote."""
+    earlier = checks.recent_audits(context.instance, report.area, checks.DEFERRED_RUNS_IN_A_ROW)
+    metadata = as_metadata(report.metadata())
     context.log.info(
         f"{report.area}: detected {report.detected}, enqueued {report.enqueued}, exhausted "
         f"{report.exhausted}, deferred {report.deferred}, skipped by race {report.skipped_by_race}"
         + (" (dry run: nothing written)" if report.dry_run else "")
     )
     warn_about_unannounced_jobs(context, report.area, report.announce_failures)
-
-
-check_san_database = san_database_check_op(RecoveryConfig, "check_san_database")
+    if report.dry_run:
+        context.log_event(AssetObservation(asset_key=report.area, metadata=metadata))
+        return
+    yield Output(None, recovery.name, metadata=metadata)
+    yield checks.exhausted_targets(report, earlier)
+    yield checks.deferred_backlog(report, earlier)
 
 
 def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
@@ -49,7 +59,12 @@ def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
     @op(
         name=f"recover_{recovery.name}",
         ins={"candidates": In(frame_type)},
-        out=Out(Nothing),
+        out={
+            "done": Out(Nothing, description="Orders the next recovery after this one's writes."),
+            # optional: a dry run materializes nothing
+            recovery.name: Out(Nothing, is_required=False, description=f"The {recovery.area} audit trail."),
+            **{checks.output_name(spec): Out(is_required=False) for spec in checks.area_checks(recovery.area)},
+        },
         retry_policy=DATABASE_RETRY,
         description=recovery.recover_description,
     )
@@ -60,9 +75,23 @@ def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
         engine = san_database.get_engine()
         with paused_gc():
             report = recovery.recover(engine, job_dispatcher.for_database(engine), candidates, settings, utc_now())
-        record_audit(context, report)
+        yield from audit_trail(context, recovery, report)
+        yield Output(None, "done")
 
     return detect, recover
 
 
 RECOVERY_OPS = {recovery.area: recovery_ops(recovery) for recovery in RECOVERIES}
+
+
+@op(
+    ins={"after": In(Nothing)},
+    out={checks.output_name(spec): Out(is_required=False) for spec in checks.DATABASE_CHECKS},
+    retry_policy=DATABASE_RETRY,
+    description="The database-wide checks, after every recovery: ghost backlog, recommended indexes, unknown statuses.",
+)
+def check_recovery_health(settings: RecoveryConfig, san_database: SanDatabase):
+    rule = ghost_jobs.GHOST_JOB_RECOVERY.rule(settings, utc_now())
+    with read_transaction(san_database.get_engine(), settings.write_limits) as conn:
+        results = checks.database_checks(conn, rule)
+    yield from results

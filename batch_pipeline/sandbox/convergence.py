@@ -21,6 +21,7 @@ from sqlalchemy import and_, exists, func, select, text
 from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.recovery import ghost_jobs
+from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.recovery.registry import AREAS, RECOVERIES
 from batch_pipeline.recovery.targets import has_active_job
 from batch_pipeline.recovery.unwritten_tils import UNWRITTEN_TILS
@@ -189,9 +190,7 @@ def run_recovery(url: str, dispatcher: str, instance: DagsterInstance, max_attem
     from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 
     result = defs.resolve_job_def("recovery_job").execute_in_process(
-        run_config={**QUIET_LOGS, "ops": {"check_san_database": {"config": {
-            "max_attempts": max_attempts, "max_enqueue_per_run": 1_000_000,
-        }}}},
+        run_config={**QUIET_LOGS, **recovery_run_config({"max_attempts": max_attempts, "max_enqueue_per_run": 1_000_000})},
         resources={"san_database": SanDatabase(url=url), "job_dispatcher": JobDispatcherResource(kind=dispatcher)},
         instance=instance,
     )

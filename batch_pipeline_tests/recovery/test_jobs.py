@@ -8,6 +8,7 @@ from dagster._core.errors import DagsterInvalidConfigError
 from sqlalchemy import text
 
 from batch_pipeline.definitions import defs
+from batch_pipeline.recovery.assets import recovery_run_config, step_key
 from batch_pipeline.recovery.config import RecoveryConfig
 from batch_pipeline.recovery.registry import AREAS
 from batch_pipeline.san.database import create_san_engine
@@ -20,7 +21,7 @@ from batch_pipeline_tests.conftest import PG_WRITE_PATHS, job_notifications, san
 def run_recovery(db, instance=None, config=None, dispatcher=None, url=None):
     instance = instance or DagsterInstance.ephemeral()
     result = defs.resolve_job_def("recovery_job").execute_in_process(
-        run_config={"ops": {"check_san_database": {"config": config or {}}}},
+        run_config=recovery_run_config(config),
         resources={
             "san_database": SanDatabase(url=url or db.url),
             "job_dispatcher": JobDispatcherResource(kind=dispatcher or "none"),
@@ -92,27 +93,34 @@ def test_a_run_that_finds_nothing_records_zeros(san_db):
 def test_steps_run_in_the_design_order(san_db):
     result, _ = run_recovery(san_db)
     order = [event.step_key for event in result.all_events if event.event_type_value == "STEP_START"]
-    assert order == [
+    assert order == [step_key(name) for name in (
         "check_san_database", "detect_ghost_jobs", "recover_ghost_jobs", "detect_orphan_scraps",
         "recover_orphan_scraps", "detect_unrefined_scraps", "recover_unrefined_scraps",
-        "detect_unwritten_tils", "recover_unwritten_tils",
-    ]
+        "detect_unwritten_tils", "recover_unwritten_tils", "check_recovery_health",
+    )]
 
 
-def test_dry_run_writes_nothing_but_reports(san_db):
+def latest_observation(instance, area):
+    [record] = instance.fetch_observations(AssetKey(area), limit=1).records
+    return {key: value.value for key, value in record.asset_observation.metadata.items()}
+
+
+def test_dry_run_writes_nothing_but_reports_as_an_observation_not_a_materialization(san_db):
     broken_state(san_db)
     before = san_db.jobs()
     result, instance = run_recovery(san_db, config={"dry_run": True})
     assert result.success
     assert san_db.jobs() == before
     for area in AREAS:
-        meta = latest_metadata(instance, area)
+        meta = latest_observation(instance, area)
         assert meta["dry_run"] is True and meta["detected"] == 1 and meta["enqueued"] == 0
+        # the materialization history (the asset page's plots) holds only runs that wrote
+        assert instance.get_latest_materialization_event(AssetKey(area)) is None
 
 
 def failure_message(result) -> str:
     [failure] = [event for event in result.all_events if event.event_type_value == "STEP_FAILURE"]
-    assert failure.step_key == "check_san_database"
+    assert failure.step_key == step_key("check_san_database")
     error = failure.step_failure_data.error
     return error.message + (error.cause.message if error.cause else "")
 
@@ -130,7 +138,7 @@ def test_an_invalid_threshold_fails_first_naming_the_field(san_db, field, value)
     assert not result.success
     assert field in failure_message(result)
     assert san_db.jobs() == before
-    assert [e.step_key for e in result.all_events if e.event_type_value == "STEP_START"] == ["check_san_database"]
+    assert [e.step_key for e in result.all_events if e.event_type_value == "STEP_START"] == [step_key("check_san_database")]
 
 
 @pytest.mark.parametrize("field", sorted(RecoveryConfig.model_fields))
@@ -152,7 +160,7 @@ def test_an_unreachable_database_fails_first_with_a_clear_error(tmp_path):
     result, _ = run_recovery(None, url="postgresql+psycopg://postgres@127.0.0.1:1/san")
     assert not result.success
     assert "cannot connect to the SAN database at postgresql+psycopg://postgres@127.0.0.1:1/san" in failure_message(result)
-    assert [e.step_key for e in result.all_events if e.event_type_value == "STEP_START"] == ["check_san_database"]
+    assert [e.step_key for e in result.all_events if e.event_type_value == "STEP_START"] == [step_key("check_san_database")]
 
 
 def test_a_missing_column_fails_first_and_writes_nothing(pg_db):
@@ -210,7 +218,7 @@ def test_a_locked_table_is_reported_as_a_lock_timeout_not_waited_on(pg_db):
         migration.close()
     assert not result.success
     [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
-    assert failure.step_key == "check_san_database"  # the first op, reading the catalog
+    assert failure.step_key == step_key("check_san_database")  # the first op, reading the catalog
     error = failure.step_failure_data.error
     assert "lock timeout" in (error.message + (error.cause.message if error.cause else ""))
     assert waited < 60  # two retries (3 s, 6 s) of a 0.2 s lock wait, not a hang
@@ -248,14 +256,14 @@ def test_a_killed_connection_fails_the_step_and_the_retry_finishes_the_work(pg_d
     KILLED.clear()
     instance = DagsterInstance.ephemeral()
     result = defs.resolve_job_def("recovery_job").execute_in_process(
-        run_config={"ops": {"check_san_database": {"config": {"batch_size": 2}}}},
+        run_config=recovery_run_config({"batch_size": 2}),
         resources={"san_database": SanDatabase(url=pg_db.url), "job_dispatcher": KillsItsOwnConnectionOnce(admin_url=pg_db.url)},
         instance=instance,
         raise_on_error=False,
     )
     assert KILLED and result.success
     retries = [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
-    assert [e.step_key for e in retries] == ["recover_ghost_jobs"]
+    assert [e.step_key for e in retries] == [step_key("recover_ghost_jobs")]
     causes, error = [], retries[0].event_specific_data.error
     while error is not None:  # the retry wraps the database error: walk its causes
         causes.append(f"{error.cls_name}: {error.message}")

@@ -39,11 +39,12 @@ def recovery_process(url, barrier, results):
     from dagster import AssetKey, DagsterInstance
 
     from batch_pipeline.definitions import defs
+    from batch_pipeline.recovery.assets import recovery_run_config
 
     _meeting["barrier"] = barrier
     instance = DagsterInstance.ephemeral()
     result = defs.resolve_job_def("recovery_job").execute_in_process(
-        run_config={"ops": {"check_san_database": {"config": {"batch_size": 10}}},
+        run_config={**recovery_run_config({"batch_size": 10}),
                     "loggers": {"console": {"config": {"log_level": "WARNING"}}}},
         resources={"san_database": SanDatabase(url=url), "job_dispatcher": MeetAfterDetection(kind="pg_notify")},
         instance=instance,

@@ -54,11 +54,3 @@ def test_check_runs_are_requested_after_each_successful_run(san_db):
     request = defs.resolve_sensor_def("til_checks_after_run")(context)
     assert request.tags[TIL_DAY_TAG] == DAY and request.run_key == result.run_id
 
-    from batch_pipeline_tests.recovery.test_jobs import run_recovery
-
-    recovery, _ = run_recovery(san_db, instance=instance)
-    context = build_run_status_sensor_context(
-        sensor_name="recovery_checks_after_run", dagster_event=recovery.get_run_success_event(),
-        dagster_instance=instance, dagster_run=recovery.dagster_run,
-    )
-    assert defs.resolve_sensor_def("recovery_checks_after_run")(context).run_key == recovery.run_id

@@ -167,6 +167,11 @@ def test_4_the_ghost_recovery_asset_shows_ids_counts_and_a_point_per_run(dagster
     shot(page, "4_ghost_job_recovery_events")
     # Overview -> Metadata -> Plots: one chart per numeric metadata key, a point per run.
     page.goto(f"{base}/assets/ghost_job_recovery?view=overview")
+    # a real asset, not an external one: Materialize works, the schedule is its automation, and
+    # the checks were evaluated in the run that materialized it
+    expect(page.get_by_role("button", name="Materialize", exact=True)).to_be_enabled()
+    expect(page.get_by_text("Latest check results")).to_be_visible()
+    expect(page.get_by_text("At 0 minutes past the hour, every 2 hours")).to_be_visible()
     page.get_by_role("button", name="Plots").click()
     expect(page.locator("canvas")).to_have_count(6)  # detected, enqueued, exhausted, deferred, skipped_by_race, announce_failures
     page.get_by_text("detected", exact=True).scroll_into_view_if_needed()
