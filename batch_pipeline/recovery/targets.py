@@ -25,7 +25,7 @@ from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.enqueue import BatchWritten, Eligibility, EnqueueRequest, JobSource, enqueue, run_in_batches
 from batch_pipeline.san.frames import INT, UTC_DATETIME, FrameSchema
-from batch_pipeline.san.schema import ACTIVE_STATUSES, jobs
+from batch_pipeline.san.schema import holds_its_target, jobs
 
 if TYPE_CHECKING:
     from batch_pipeline.recovery.config import RecoveryConfig
@@ -110,9 +110,10 @@ class TargetRecovery:
 
 
 def has_active_job(job_type: str, table: Table) -> ColumnElement:
-    """A job of `job_type` for the current row of `table` is PENDING or PROCESSING."""
+    """A job of `job_type` for the current row of `table` still holds it (any status but
+    COMPLETED and FAILED: see schema.holds_its_target)."""
     return exists().where(
-        jobs.c.job_type == job_type, jobs.c.target_id == table.c.id, jobs.c.status.in_(ACTIVE_STATUSES)
+        jobs.c.job_type == job_type, jobs.c.target_id == table.c.id, holds_its_target(jobs.c.status)
     )
 
 

@@ -26,7 +26,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from batch_pipeline.san.database import WriteLimits, write_transaction
 from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
-from batch_pipeline.san.schema import ACTIVE_STATUSES, PENDING, jobs
+from batch_pipeline.san.schema import PENDING, holds_its_target, jobs
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ def attempts_and_active(conn: Connection, job_type: str, target_ids: Sequence[in
         select(
             jobs.c.target_id,
             func.count().label("attempts"),
-            func.sum(case((jobs.c.status.in_(ACTIVE_STATUSES), 1), else_=0)).label("active"),
+            func.sum(case((holds_its_target(jobs.c.status), 1), else_=0)).label("active"),
         )
         .where(jobs.c.job_type == job_type, dialect(conn).id_in(jobs.c.target_id, target_ids))
         .group_by(jobs.c.target_id)

@@ -24,6 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.sql.elements import ColumnElement
 
 # BIGINT identity on PostgreSQL; SQLite only auto-increments an INTEGER PRIMARY KEY.
 Id = BigInteger().with_variant(Integer(), "sqlite")
@@ -88,8 +89,18 @@ PENDING = "PENDING"
 PROCESSING = "PROCESSING"
 COMPLETED = "COMPLETED"
 FAILED = "FAILED"
-ACTIVE_STATUSES = (PENDING, PROCESSING)
+ACTIVE_STATUSES = (PENDING, PROCESSING)  # what recovery closes as ghosts (and nothing else)
+FINISHED_STATUSES = (COMPLETED, FAILED)
 JOB_STATUSES = (PENDING, PROCESSING, COMPLETED, FAILED)
+
+
+def holds_its_target(status) -> ColumnElement:
+    """Whether a job still covers its (job_type, target_id) for the "no active job" tests: every
+    status but COMPLETED and FAILED. A status the pipeline does not know (lower-case 'pending',
+    a new app state) may be a live job: counting it as active never doubles one. Such jobs are
+    still never touched (ghost detection matches PENDING / PROCESSING only); the
+    unknown_job_statuses check names them."""
+    return status.not_in(FINISHED_STATUSES)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -156,3 +156,18 @@ def test_a_look_back_window_limits_detection_to_recent_scraps(san_db, rule):
         full = detect_targets(conn, rule, now=san_db.now)
     assert windowed[rule.id_key].tolist() == [recent]
     assert full[rule.id_key].tolist() == [old, recent]
+
+
+@RULES
+def test_a_job_in_a_status_the_pipeline_does_not_know_counts_as_active(san_db, rule):
+    # 'processing' in lower case, or a new app state: it may be a live job, so the target gets
+    # no second one (it is never touched either; unknown_job_statuses names it).
+    user = san_db.user()
+    lower, new_state, finished = (needy_scrap(san_db, rule, user) for _ in range(3))
+    san_db.job(rule.job_type, lower, "processing", created_at=san_db.ago(hours=5))
+    san_db.job(rule.job_type, new_state, "RETRY_SCHEDULED", created_at=san_db.ago(hours=5))
+    san_db.job(rule.job_type, finished, FAILED, created_at=san_db.ago(hours=5))
+    assert detect(san_db, rule)[rule.id_key].tolist() == [finished]
+    report = recover(san_db, rule, detect(san_db, rule))
+    assert [pair[rule.id_key] for pair in report.recovered] == [finished]
+    assert [j.status for j in san_db.jobs(target_id=lower)] == ["processing"]

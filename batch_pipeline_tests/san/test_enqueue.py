@@ -2,14 +2,17 @@
 write-time re-check. On PostgreSQL with ix_san_jobs_target it is one statement per batch, and
 without it a count query and an insert: every test runs on SQLite and on both PostgreSQL paths."""
 
+import threading
+
 import pytest
+from sqlalchemy import text
 
 from batch_pipeline.san.database import write_transaction
 from batch_pipeline.san.enqueue import Eligibility, EnqueueRequest, enqueue_jobs
 from batch_pipeline.san.schema import (
     CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, SCRAP_REFINE, scraps,
 )
-from batch_pipeline_tests.conftest import WRITE_PATHS, san_database_on_path
+from batch_pipeline_tests.conftest import PG_WRITE_PATHS, WRITE_PATHS, san_database_on_path
 
 
 @pytest.fixture(params=WRITE_PATHS)
@@ -69,3 +72,42 @@ def test_targets_that_no_longer_need_the_job_are_dropped(db):
     assert [j.target_id for j in outcome.created] == [unrefined]
     assert outcome.exhausted == [] and outcome.already_active == []
     assert [j.target_id for j in db.jobs()] == [unrefined]
+
+
+def test_a_job_in_an_unknown_status_counts_as_active_at_write_time(db):
+    # detection said "no active job"; by the write a job in a status the pipeline does not know
+    # appeared (the app's new state, a lower-case typo): it may be live, so no second job
+    db.job(CARD_ANALYSIS, 1, "pending")
+    db.job(CARD_ANALYSIS, 2, "CANCELLING")
+    db.job(CARD_ANALYSIS, 3, FAILED)
+    outcome = enqueue(db, CARD_ANALYSIS, [1, 2, 3])
+    assert sorted(outcome.already_active) == [1, 2] and [j.target_id for j in outcome.created] == [3]
+
+
+# What issue 15 recommends SAN's app to add: at most one active job per (job_type, target_id).
+APP_UNIQUE_ACTIVE_JOB = ("CREATE UNIQUE INDEX ux_app_one_active_job ON jobs (job_type, target_id) "
+                         "WHERE status IN ('PENDING', 'PROCESSING')")
+
+
+@pytest.mark.parametrize("path", PG_WRITE_PATHS)
+def test_the_apps_own_enqueue_racing_the_insert_is_skipped_not_a_failed_batch(path, tmp_path):
+    # The app does not take batch_pipeline's advisory lock. Its job for target 7 is inserted but
+    # not yet committed when the batch runs: the batch's check cannot see it, its insert waits
+    # on the unique index, and once the app commits, target 7 is a conflict: skipped, and the
+    # rest of the batch is written (a plain INSERT raised UniqueViolation and lost the batch).
+    with san_database_on_path(path, tmp_path) as db:
+        with db.engine.begin() as conn:
+            conn.execute(text(APP_UNIQUE_ACTIVE_JOB))
+        app = db.engine.connect()
+        app_transaction = app.begin()
+        app.execute(text("INSERT INTO jobs (job_type, target_id, status, created_at, updated_at) "
+                         "VALUES ('CARD_ANALYSIS', 7, 'PENDING', now(), now())"))
+        committer = threading.Timer(1.0, app_transaction.commit)
+        committer.start()
+        try:
+            outcome = enqueue(db, CARD_ANALYSIS, [7, 8])
+        finally:
+            committer.join()
+            app.close()
+        assert [j.target_id for j in outcome.created] == [8]
+        assert [(j.target_id, j.status) for j in db.jobs()] == [(7, PENDING), (8, PENDING)]

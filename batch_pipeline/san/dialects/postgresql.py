@@ -18,14 +18,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from sqlalchemy import (
-    BigInteger, Integer, Table, Text, TypeDecorator, and_, any_, bindparam, cast, false, func, insert, literal,
+    BigInteger, Integer, Table, Text, TypeDecorator, and_, any_, bindparam, cast, false, func, literal,
     null, select, text, true,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
-from batch_pipeline.san.schema import ACTIVE_STATUSES, PENDING, Timestamp, jobs
+from batch_pipeline.san.schema import PENDING, Timestamp, holds_its_target, jobs
 
 if TYPE_CHECKING:
     from batch_pipeline.san.database import WriteLimits
@@ -148,7 +149,7 @@ def insert_rows_statement(
 ):
     """INSERT … SELECT … FROM unnest(:a, :b) … RETURNING: one row per position of the
     `id_columns` lists, two array parameters whatever the batch size; to run, or to use as a
-    CTE of a larger statement."""
+    CTE of a larger statement. Into `jobs`, ON CONFLICT DO NOTHING (see enqueue_statement)."""
     names = list(id_columns)
     arrays = func.unnest(
         *(bindparam(None, list(id_columns[name]), type_=BigIntArray) for name in names)
@@ -157,7 +158,10 @@ def insert_rows_statement(
         *(literal(value, table.c[name].type).label(name) for name, value in constants.items()),
         *(arrays.c[name] for name in names),
     )
-    return insert(table).from_select([*constants, *names], source).returning(*(table.c[name] for name in returning))
+    statement = pg_insert(table).from_select([*constants, *names], source)
+    if table is jobs:
+        statement = statement.on_conflict_do_nothing()
+    return statement.returning(*(table.c[name] for name in returning))
 
 
 def insert_rows(conn: Connection, table: Table, constants, id_columns, returning) -> list[dict]:
@@ -226,7 +230,7 @@ def enqueue_statement(source: JobSource, now: datetime, max_attempts: int, notif
             select(
                 requested.c.job_type, requested.c.target_id, requested.c.retry_of,
                 func.count(jobs.c.target_id).label("attempts"),  # target_id, not id: an index-only probe
-                (func.count(jobs.c.target_id).filter(jobs.c.status.in_(ACTIVE_STATUSES)) - requested.c.closing)
+                (func.count(jobs.c.target_id).filter(holds_its_target(jobs.c.status)) - requested.c.closing)
                 .label("active_jobs"),
             )
             .select_from(requested.outerjoin(
@@ -237,7 +241,7 @@ def enqueue_statement(source: JobSource, now: datetime, max_attempts: int, notif
     active = counted.c.active_jobs > 0
     exhausted = and_(~active, counted.c.attempts >= max_attempts) if max_attempts else false()
     inserted = (
-        insert(jobs)
+        pg_insert(jobs)
         .from_select(
             ["job_type", "target_id", "status", "created_at", "updated_at", "retry_of_job_id"],
             select(
@@ -245,6 +249,10 @@ def enqueue_statement(source: JobSource, now: datetime, max_attempts: int, notif
                 literal(now, jobs.c.created_at.type), literal(now, jobs.c.updated_at.type), counted.c.retry_of,
             ).where(~active, ~exhausted).order_by(counted.c.job_type, counted.c.target_id),
         )
+        # The app's own enqueue does not take the advisory lock: where SAN has a unique index on
+        # active jobs, a job it committed after this statement's snapshot is a conflict, and
+        # that target is skipped (counted as skipped_by_race), not the batch rolled back.
+        .on_conflict_do_nothing()
         .returning(jobs.c.id, jobs.c.job_type, jobs.c.target_id, jobs.c.retry_of_job_id)
         .cte("inserted")
     )
