@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from sqlalchemy import text
 
 from batch_pipeline.san.database import SanConnectionError, check_connection, create_san_engine, redacted, utc_now
-from batch_pipeline.san.dispatch import DispatcherConfigError, RedisStreamDispatcher, build_dispatcher
+from batch_pipeline.san.dispatch import DispatcherConfigError, RedisStreamDispatcher, build_dispatcher, redact_secrets
 from batch_pipeline.san.schema import SanSchemaError, index_advice, verify_schema
 from batch_pipeline.san.timezone import TimezoneConfigError, san_timezone_name
 
@@ -83,18 +83,17 @@ def diagnose(database_url: str) -> list[Finding]:
             f"clock skew database - this server: {skew:+.1f} s",
             "" if abs(skew) <= MAX_CLOCK_SKEW_SECONDS else "synchronise both clocks (NTP): thresholds are measured in minutes",
         ))
+        redis_url = os.environ.get("SAN_REDIS_URL", "redis://127.0.0.1:6379/0")
         try:
-            dispatcher = build_dispatcher(
-                os.environ.get("SAN_JOB_DISPATCHER"), conn.dialect.name,
-                os.environ.get("SAN_REDIS_URL", "redis://127.0.0.1:6379/0"),
-            )
+            dispatcher = build_dispatcher(os.environ.get("SAN_JOB_DISPATCHER"), conn.dialect.name, redis_url)
             if isinstance(dispatcher, RedisStreamDispatcher):
                 dispatcher.ping()
             findings.append(Finding(True, f"dispatcher {dispatcher.kind}"))
         except DispatcherConfigError as error:
             findings.append(Finding(False, str(error), "set SAN_JOB_DISPATCHER to pg_notify, redis_stream or none"))
         except Exception as error:  # Redis unreachable
-            findings.append(Finding(False, f"Redis at SAN_REDIS_URL is unreachable: {error}",
+            findings.append(Finding(False, f"Redis at {redacted(redis_url)} is unreachable: "
+                                           f"{redact_secrets(str(error), redis_url)}",
                                     "start Redis or fix SAN_REDIS_URL (jobs are still created, only not announced)"))
     engine.dispose()
     return findings

@@ -43,9 +43,17 @@ def embedded_database_url() -> str:
     return f"sqlite:///{default_data_dir() / 'san.sqlite'}"
 
 
+# Query parameters that carry a secret (libpq's ?password=, and its kin).
+SECRET_QUERY_KEYS = frozenset({"password", "sslpassword", "passwd", "pwd"})
+
+
 def redacted(url: str | URL) -> str:
+    """A URL fit to print, log, raise or store: its password and any secret query parameter
+    masked. Every URL batch_pipeline shows (SAN's, Redis's) goes through here."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
+        query = {key: ("***" if key.lower() in SECRET_QUERY_KEYS else value) for key, value in parsed.query.items()}
+        return parsed.set(query=query).render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
     except (ArgumentError, ValueError):
         return "<unparseable URL>"
 

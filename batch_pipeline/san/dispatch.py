@@ -11,8 +11,9 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, make_url
 
+from batch_pipeline.san.database import redacted
 from batch_pipeline.san.dialects.postgresql import notify_job_ids
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,15 @@ class NewJob(NamedTuple):
 
     def payload(self) -> dict:
         return {"job_id": self.job_id, "job_type": self.job_type, "target_id": self.target_id}
+
+
+def redact_secrets(text: str, url: str) -> str:
+    """`text` (an error message) with the URL's password masked wherever it appears."""
+    try:
+        password = make_url(url).password
+    except Exception:  # an unparseable URL has no password to find
+        return text
+    return text.replace(str(password), "***") if password else text
 
 
 class DispatcherConfigError(ValueError):
@@ -117,7 +127,7 @@ class RedisStreamDispatcher(Dispatcher):
             log.warning(
                 "could not announce %d job(s) on Redis stream %s at %s: %s; they stay PENDING "
                 "and the next ghost-job recovery re-enqueues them",
-                len(new_jobs), self.stream, self.redis_url, error,
+                len(new_jobs), self.stream, redacted(self.redis_url), redact_secrets(str(error), self.redis_url),
             )
             return len(new_jobs)
         return 0

@@ -8,6 +8,7 @@ import warnings
 
 from dagster import Backoff, Config, ConfigArgumentWarning, MetadataValue, OpExecutionContext, RetryPolicy, op
 
+from batch_pipeline.san.database import redacted
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 
 # `settings` is an input that happens to be a Config object, not a second config parameter.
@@ -53,7 +54,7 @@ def san_database_check_op(config_class: type[Config], name: str):
     ) -> config_class:
         engine = san_database.open_verified(config.write_limits)
         dispatcher = job_dispatcher.for_database(engine)
-        context.log.info(f"SAN database {engine.url.render_as_string(hide_password=True)}; dispatcher {dispatcher.kind}")
+        context.log.info(f"SAN database {redacted(engine.url)}; dispatcher {dispatcher.kind}")
         return config
 
     return check_san_database

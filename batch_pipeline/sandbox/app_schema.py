@@ -20,7 +20,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection, Engine
 
-from batch_pipeline.san.database import utc_now
+from batch_pipeline.san.database import redacted, utc_now
 from batch_pipeline.san.schema import Id, Timestamp
 
 # The SAN application's own DDL on PostgreSQL, a copy of ../shared/san_app_schema.sql (a test
@@ -109,7 +109,7 @@ def require_sandbox(engine: Engine) -> None:
     with engine.connect() as conn:
         if not is_sandbox(conn):
             raise NotASandbox(
-                f"{engine.url.render_as_string(hide_password=True)} is not a sandbox database (no "
+                f"{redacted(engine.url)} is not a sandbox database (no "
                 "san_sandbox table): the sandbox rewrites timestamps and plays workers, so it only "
                 "runs on a database made by `python -m batch_pipeline.sandbox init`"
             )
@@ -133,7 +133,7 @@ def init_sandbox(engine: Engine, recommended_indexes: bool = True) -> bool:
         for table in SAN_TABLES:
             if table.name in existing and conn.execute(select(table.c.id).limit(1)).first():
                 raise NotASandbox(
-                    f"refusing to turn {engine.url.render_as_string(hide_password=True)} into a sandbox: "
+                    f"refusing to turn {redacted(engine.url)} into a sandbox: "
                     f"table {table.name} already holds rows. Use an empty database."
                 )
         app_metadata.create_all(conn)

@@ -74,3 +74,12 @@ def test_every_transaction_bounds_its_waits_and_turns_jit_off_for_itself_only(pg
         with pg_db.engine.connect() as conn:  # transaction-local: the pooled session is back to its defaults
             assert conn.connection.dbapi_connection is session
             assert conn.execute(text("SHOW lock_timeout")).scalar() == "0"
+
+
+def test_a_libpq_password_parameter_is_redacted_like_the_password_itself():
+    from batch_pipeline.san.database import redacted
+
+    shown = redacted("postgresql+psycopg://san@db:5432/san?password=s3cr3t&sslmode=require&sslpassword=k3y")
+    assert "s3cr3t" not in shown and "k3y" not in shown
+    assert "sslmode=require" in shown and "password=***" in shown
+    assert redacted("redis://:r3d1s@cache:6379/0") == "redis://:***@cache:6379/0"
