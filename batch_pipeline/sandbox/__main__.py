@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from datetime import timedelta
 
 from pydantic import ValidationError
@@ -186,6 +187,43 @@ def converge(args, faults: Faults) -> int:
     return 0 if result.converged else 1
 
 
+class Supervised:
+    """A child process kept alive beside the UI: if it dies, say so and start it again (at most
+    `max_restarts` times, then say that it stays down), so the UI never serves a dead sandbox
+    in silence."""
+
+    def __init__(self, command: list[str], max_restarts: int = 3, poll_s: float = 1.0, report=print):
+        self.command, self.max_restarts, self.poll_s, self.report = command, max_restarts, poll_s, report
+        self.restarts = 0
+        self.process = subprocess.Popen(command)
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            code = self.process.poll()
+            if code is None:
+                continue
+            if self.restarts >= self.max_restarts:
+                self.report(f"sandbox: the living sandbox died again (exit {code}) after {self.restarts} restarts; "
+                            "it stays down (its error is above). The UI still works on the database.")
+                return
+            self.restarts += 1
+            self.report(f"sandbox: the living sandbox died (exit {code}); restarting it ({self.restarts}/{self.max_restarts})")
+            self.process = subprocess.Popen(self.command)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._watcher.join()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
 def run_ui(dagster_args: list[str], live: bool = True) -> int:
     """`dagster dev`, with a living sandbox beside it on the embedded default."""
     dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
@@ -204,7 +242,7 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
         finally:
             engine.dispose()
         if live:
-            sandbox = subprocess.Popen([sys.executable, "-m", "batch_pipeline.sandbox", "live"])
+            sandbox = Supervised([sys.executable, "-m", "batch_pipeline.sandbox", "live"])
     else:
         print("SAN_DATABASE_URL is set: no sandbox, the UI works on that database", flush=True)
     ui = subprocess.Popen(command)
@@ -215,11 +253,7 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
         return ui.wait()
     finally:
         if sandbox is not None:
-            sandbox.send_signal(signal.SIGINT)
-            try:
-                sandbox.wait(10)
-            except subprocess.TimeoutExpired:
-                sandbox.kill()
+            sandbox.stop()
 
 
 if __name__ == "__main__":

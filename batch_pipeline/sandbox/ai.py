@@ -52,4 +52,6 @@ def write_til(day: str, card_titles: list[str]) -> str:
     """TIL_GENERATION: the day's summary from the user's card titles."""
     if not card_titles:
         return f"TIL {day}: nothing new."
-    return f"TIL {day}: you learned {len(card_titles)} thing(s): " + "; ".join(card_titles)
+    # knowledge_cards.title is nullable in the app's DDL: an untitled card is still learned
+    titles = [title or "(untitled card)" for title in card_titles]
+    return f"TIL {day}: you learned {len(titles)} thing(s): " + "; ".join(titles)

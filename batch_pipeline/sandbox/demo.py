@@ -8,11 +8,11 @@ from datetime import datetime, timedelta
 from sqlalchemy import insert, select, text
 from sqlalchemy.engine import Connection, Engine
 
-from batch_pipeline.sandbox.app_schema import init_sandbox
+from batch_pipeline.sandbox.app_schema import app_knowledge_cards, init_sandbox
 from batch_pipeline.san.database import utc_now
 from batch_pipeline.san.schema import (
     CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, SCRAP_REFINE,
-    create_recommended_indexes, jobs, knowledge_cards, metadata, scraps, users,
+    create_recommended_indexes, jobs, metadata, scraps, users,
 )
 
 DEMO_USERS = 5
@@ -58,7 +58,7 @@ def seed_demo_state(engine: Engine, now: datetime | None = None) -> dict[str, in
                 job(CARD_ANALYSIS, scrap_id, PROCESSING, created, created + timedelta(minutes=1))
             elif kind == 3:  # unrefined: its SCRAP_REFINE job vanished
                 job(CARD_ANALYSIS, scrap_id, COMPLETED, created, created)
-                card_rows.append({"scrap_id": scrap_id, "user_id": user_id, "created_at": created})
+                card_rows.append(demo_card(scrap_id, user_id, created))
             elif kind == 4:  # unrefined and orphan: both AI calls failed
                 job(SCRAP_REFINE, scrap_id, FAILED, created, created)
                 job(CARD_ANALYSIS, scrap_id, FAILED, created, created)
@@ -67,13 +67,19 @@ def seed_demo_state(engine: Engine, now: datetime | None = None) -> dict[str, in
             else:  # healthy
                 job(SCRAP_REFINE, scrap_id, COMPLETED, created, created)
                 job(CARD_ANALYSIS, scrap_id, COMPLETED, created, created)
-                card_rows.append({"scrap_id": scrap_id, "user_id": user_id, "created_at": created})
+                card_rows.append(demo_card(scrap_id, user_id, created))
         conn.execute(insert(scraps), scrap_rows)
-        conn.execute(insert(knowledge_cards), card_rows)
+        conn.execute(insert(app_knowledge_cards), card_rows)
         conn.execute(insert(jobs), job_rows)
         advance_id_sequences(conn)
     create_recommended_indexes(engine)  # as a production database should have them
     return {"users": DEMO_USERS, "scraps": len(scrap_rows), "cards": len(card_rows), "jobs": len(job_rows)}
+
+
+def demo_card(scrap_id: int, user_id: int, created: datetime) -> dict:
+    """A card as the app's worker writes one: with a title and a summary (the TIL joins them)."""
+    return {"scrap_id": scrap_id, "user_id": user_id, "title": f"card of scrap {scrap_id}",
+            "summary": f"what scrap {scrap_id} says", "created_at": created}
 
 
 def advance_id_sequences(conn: Connection) -> None:

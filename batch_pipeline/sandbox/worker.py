@@ -17,6 +17,7 @@ The contract (README, "For SAN's worker authors"):
    cannot add a second card. Nothing is doubled, whichever finishes first.
 """
 
+import logging
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field, fields
@@ -92,6 +93,9 @@ def insert_or_ignore(conn: Connection, table, values: dict, unique_column: str) 
         from sqlalchemy.dialects.sqlite import insert
     statement = insert(table).values(**values).on_conflict_do_nothing(index_elements=[unique_column])
     return conn.execute(statement).rowcount == 1
+
+
+log = logging.getLogger(__name__)
 
 
 class TargetMissing(RuntimeError):
@@ -175,9 +179,11 @@ class ReferenceWorker:
                 raise ai.AiCallFailed("the AI server returned 503 (sandbox fault)")
             result = work()  # the AI call, outside any transaction
         except (ai.AiCallFailed, TargetMissing) as error:
-            with self.engine.begin() as conn:
-                finish_job(conn, job_id, FAILED, utc_now(), error=str(error)[:500])
-            self.stats.failed += 1
+            self.fail(job_id, str(error))
+            return
+        except Exception as error:  # a bad row (or a bug) fails this job; the worker goes on
+            log.exception("job %s (%s %s) failed unexpectedly", job_id, job_type, target_id)
+            self.fail(job_id, f"{type(error).__name__}: {error}")
             return
         with self.engine.begin() as conn:
             written = self.write_result(conn, job_type, target_id, result)
@@ -188,6 +194,11 @@ class ReferenceWorker:
             self.stats.completed += 1
         else:
             self.stats.late_results += 1
+
+    def fail(self, job_id: int, error: str) -> None:
+        with self.engine.begin() as conn:
+            finish_job(conn, job_id, FAILED, utc_now(), error=error[:500])
+        self.stats.failed += 1
 
     def read_input(self, conn: Connection, job_type: str, target_id: int):
         """Read what the AI needs; return the AI call to make (a closure)."""

@@ -156,3 +156,50 @@ def test_a_job_whose_target_is_gone_fails_with_the_reason(sandbox):
     assert worker(sandbox, [job_id]).drain().failed == 1
     job = sandbox.get_job(job_id)
     assert job.status == FAILED and "scrap 424242 does not exist" in job.error_message
+
+
+def test_an_untitled_card_still_makes_a_til(sandbox):
+    # knowledge_cards.title is nullable in the app's DDL; the demo state once had such cards and
+    # the TIL writer raised TypeError on them, killing `make run`'s living sandbox.
+    scrap_id, refine_job, card_job = saved_scrap(sandbox)
+    worker(sandbox, [refine_job, card_job]).drain()
+    [card] = card_rows(sandbox, scrap_id)
+    with sandbox.engine.begin() as conn:
+        conn.execute(app_knowledge_cards.update().where(app_knowledge_cards.c.id == card.id).values(title=None))
+        today = utc_now().astimezone(ZoneInfo("Asia/Seoul")).date()
+        summary_id = conn.execute(insert(app_daily_summaries).values(
+            user_id=card.user_id, target_date=today, created_at=utc_now()).returning(app_daily_summaries.c.id)).scalar_one()
+    til_job = sandbox.job(TIL_GENERATION, summary_id, PENDING)
+    assert worker(sandbox, [til_job]).drain().completed == 1
+    assert "(untitled card)" in sandbox.summaries()[0].content
+
+
+def test_a_job_that_raises_unexpectedly_fails_and_the_worker_goes_on(sandbox, monkeypatch):
+    from batch_pipeline.sandbox import ai
+
+    first, second = saved_scrap(sandbox), saved_scrap(sandbox)
+    calls = []
+
+    def refine_once_broken(original):
+        calls.append(original)
+        if len(calls) == 1:
+            raise TypeError("a bad row")
+        return "refined"
+
+    monkeypatch.setattr(ai, "refine", refine_once_broken)
+    stats = worker(sandbox, [first[1], second[1]]).drain()
+    assert (stats.failed, stats.completed) == (1, 1)
+    failed = sandbox.get_job(first[1])
+    assert failed.status == FAILED and "TypeError: a bad row" in failed.error_message
+    assert sandbox.get_job(second[1]).status == COMPLETED
+
+
+def test_the_demo_state_gives_every_card_a_title(tmp_path):
+    from batch_pipeline.sandbox.demo import seed_demo_state
+    from batch_pipeline.san.database import create_san_engine
+
+    engine = create_san_engine(f"sqlite:///{tmp_path / 'demo.sqlite'}")
+    assert seed_demo_state(engine)["cards"] > 0
+    with engine.connect() as conn:
+        assert None not in conn.execute(select(app_knowledge_cards.c.title)).scalars().all()
+    engine.dispose()
