@@ -1,6 +1,8 @@
 # The two commands of the README: `make run` (the UI on http://127.0.0.1:3000) and `make test`.
 # Both create the virtualenv at .venv and install the project on first use.
 PYTHON ?= python3.11
+# make run PORT=3001 when 3000 is taken
+PORT ?= 3000
 VENV := .venv
 STAMP := $(VENV)/.installed-stamp
 
@@ -18,7 +20,7 @@ install: $(STAMP)
 # `dagster dev`, plus (when SAN_DATABASE_URL is unset) a living sandbox on the embedded default.
 run: $(STAMP)
 	mkdir -p .dagster_home && ln -sf ../dagster.yaml .dagster_home/dagster.yaml
-	DAGSTER_HOME=$(CURDIR)/.dagster_home $(VENV)/bin/python -m batch_pipeline.sandbox ui -- --host 127.0.0.1 --port 3000
+	DAGSTER_HOME=$(CURDIR)/.dagster_home $(VENV)/bin/python -m batch_pipeline.sandbox ui -- --host 127.0.0.1 --port $(PORT)
 
 # --dist loadfile: a test module runs on one worker, in order (the UI test walks through steps).
 test: $(STAMP)

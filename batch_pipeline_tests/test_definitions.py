@@ -77,3 +77,27 @@ def test_an_embedded_default_that_was_never_made_names_the_command_that_makes_it
     monkeypatch.setenv("SAN_DATA_DIR", str(tmp_path))
     with pytest.raises(Failure, match="make run"):
         SanDatabase().open_verified()
+
+
+def test_an_invalid_recovery_cron_is_an_error_at_load_that_names_it(monkeypatch):
+    monkeypatch.setenv("SAN_RECOVERY_CRON", "every tuesday")
+    with pytest.raises(ValueError, match="SAN_RECOVERY_CRON='every tuesday' is not a valid cron expression"):
+        build_definitions()
+    monkeypatch.setenv("SAN_RECOVERY_CRON", "*/15 * * * *")
+    assert build_definitions().resolve_schedule_def("recovery_schedule").cron_schedule == "*/15 * * * *"
+
+
+def test_the_code_location_uses_no_private_dagster_module():
+    # Private modules (dagster._…) change without notice between releases.
+    offenders = [str(path.relative_to(ROOT)) for path in (ROOT / "batch_pipeline").rglob("*.py")
+                 if "from dagster._" in path.read_text() or "import dagster._" in path.read_text()]
+    assert offenders == []
+
+
+def test_make_run_takes_a_port():
+    import subprocess
+
+    default = subprocess.run(["make", "-n", "-C", str(ROOT), "run"], capture_output=True, text=True, check=True).stdout
+    other = subprocess.run(["make", "-n", "-C", str(ROOT), "run", "PORT=3001"], capture_output=True, text=True,
+                           check=True).stdout
+    assert "--port 3000" in default and "--port 3001" in other and "--port 3000" not in other

@@ -3,7 +3,6 @@
 from datetime import date, datetime, timezone
 
 from dagster import AssetMaterialization, DagsterRun, Failure, In, OpExecutionContext, Out, op
-from dagster._core.storage.tags import ROOT_RUN_ID_TAG
 
 from batch_pipeline.san.database import read_transaction, utc_now
 from batch_pipeline.san.memory import paused_gc
@@ -15,6 +14,9 @@ from batch_pipeline.til.config import TilConfig
 UsersOfDayType = auto_generation.USERS_OF_DAY.dagster_type()
 
 check_san_database_for_til = san_database_check_op(TilConfig, "check_san_database_for_til")
+
+# Dagster's documented run tag naming the first run of a re-execution chain.
+ROOT_RUN_ID_TAG = "dagster/root_run_id"
 
 
 def partition_day(context: OpExecutionContext) -> date:

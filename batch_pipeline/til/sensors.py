@@ -1,9 +1,11 @@
 """Run til_coverage for the day after every successful TIL run of that day."""
 
 from dagster import DagsterRunStatus, DefaultSensorStatus, JobDefinition, RunRequest, RunStatusSensorContext, run_status_sensor
-from dagster._core.storage.tags import PARTITION_NAME_TAG
 
 from batch_pipeline.til.checks import TIL_DAY_TAG
+
+# Dagster's documented run tag of a partitioned run: its partition key (here, the day D).
+PARTITION_TAG = "dagster/partition"
 
 
 def til_checks_after_run(til_job: JobDefinition, til_checks_job):
@@ -14,6 +16,6 @@ def til_checks_after_run(til_job: JobDefinition, til_checks_job):
     )
     def sensor(context: RunStatusSensorContext):
         run = context.dagster_run
-        return RunRequest(run_key=run.run_id, tags={TIL_DAY_TAG: run.tags[PARTITION_NAME_TAG]})
+        return RunRequest(run_key=run.run_id, tags={TIL_DAY_TAG: run.tags[PARTITION_TAG]})
 
     return sensor
