@@ -8,17 +8,17 @@ what is wrong and how to fix it; ready (exit 0) only when nothing is.
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
-from sqlalchemy import text
 
-from batch_pipeline.san.database import SanConnectionError, check_connection, create_san_engine, redacted, utc_now
+from batch_pipeline.san.database import (
+    SanConnectionError, check_connection, create_san_engine, database_now, redacted, utc_now,
+)
 from batch_pipeline.san.dispatch import DispatcherConfigError, RedisStreamDispatcher, build_dispatcher, redact_secrets
 from batch_pipeline.san.schema import SanSchemaError, index_advice, verify_schema
 from batch_pipeline.san.timezone import TimezoneConfigError, san_timezone_name
 
-# Job ages are measured against this server's clock but written with the app's (or the
-# database's): a skew this large shifts every threshold noticeably.
+# The pipeline measures ages with the database's clock; a host this far off is still worth
+# knowing about (its logs and Dagster's own timestamps disagree with SAN's).
 MAX_CLOCK_SKEW_SECONDS = 30
 
 
@@ -28,13 +28,6 @@ class Finding:
     what: str
     fix: str = ""
     warning: bool = False  # worth fixing, but the pipeline is ready without it
-
-
-def database_clock(conn) -> datetime:
-    if conn.dialect.name == "postgresql":
-        return conn.execute(text("SELECT now()")).scalar_one()
-    value = conn.execute(text("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")).scalar_one()
-    return datetime.fromisoformat(value).replace(tzinfo=timezone.utc)
 
 
 def diagnose(database_url: str) -> list[Finding]:
@@ -77,7 +70,7 @@ def diagnose(database_url: str) -> list[Finding]:
                 + ";\n      ".join(advice.drop_with) + ";",
                 warning=True,
             ))
-        skew = (database_clock(conn) - utc_now()).total_seconds()
+        skew = (database_now(conn) - utc_now()).total_seconds()
         findings.append(Finding(
             abs(skew) <= MAX_CLOCK_SKEW_SECONDS,
             f"clock skew database - this server: {skew:+.1f} s",

@@ -12,7 +12,7 @@ from batch_pipeline.recovery import checks, ghost_jobs
 from batch_pipeline.recovery.config import RecoveryConfig
 from batch_pipeline.recovery.plan import RecoveryReport
 from batch_pipeline.recovery.registry import RECOVERIES
-from batch_pipeline.san.database import read_transaction, utc_now
+from batch_pipeline.san.database import database_now, read_transaction
 from batch_pipeline.san.memory import paused_gc
 from batch_pipeline.san.ops import DATABASE_RETRY, as_metadata, san_database_check_op, warn_about_unannounced_jobs
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
@@ -54,7 +54,7 @@ def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
     )
     def detect(settings: RecoveryConfig, san_database: SanDatabase):
         with paused_gc(), read_transaction(san_database.get_engine(), settings.write_limits) as conn:
-            return recovery.detect(conn, settings, utc_now())
+            return recovery.detect(conn, settings, database_now(conn))
 
     @op(
         name=f"recover_{recovery.name}",
@@ -74,7 +74,8 @@ def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
     ):
         engine = san_database.get_engine()
         with paused_gc():
-            report = recovery.recover(engine, job_dispatcher.for_database(engine), candidates, settings, utc_now())
+            report = recovery.recover(engine, job_dispatcher.for_database(engine), candidates, settings,
+                                      database_now(engine))
         yield from audit_trail(context, recovery, report)
         yield Output(None, "done")
 
@@ -91,7 +92,6 @@ RECOVERY_OPS = {recovery.area: recovery_ops(recovery) for recovery in RECOVERIES
     description="The database-wide checks, after every recovery: ghost backlog, recommended indexes, unknown statuses.",
 )
 def check_recovery_health(settings: RecoveryConfig, san_database: SanDatabase):
-    rule = ghost_jobs.GHOST_JOB_RECOVERY.rule(settings, utc_now())
     with read_transaction(san_database.get_engine(), settings.write_limits) as conn:
-        results = checks.database_checks(conn, rule)
+        results = checks.database_checks(conn, ghost_jobs.GHOST_JOB_RECOVERY.rule(settings, database_now(conn)))
     yield from results

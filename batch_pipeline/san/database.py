@@ -31,7 +31,18 @@ class SanConnectionError(RuntimeError):
 
 
 def utc_now() -> datetime:
+    """This host's clock. The pipeline judges ages and stamps jobs with `database_now`; this is
+    for what is not the SAN database's business (and the sandbox, which plays the app)."""
     return datetime.now(timezone.utc)
+
+
+def database_now(bind: Connection | Engine) -> datetime:
+    """The SAN database's clock. One clock for detection and writes: a Dagster host whose clock
+    is off cannot misjudge a job's age or stamp a job in the database's future."""
+    if isinstance(bind, Engine):
+        with bind.connect() as conn:
+            return dialect(conn).database_now(conn)
+    return dialect(bind).database_now(bind)
 
 
 def default_data_dir() -> Path:

@@ -13,7 +13,7 @@ from dagster import (
 )
 from sqlalchemy import and_, select
 
-from batch_pipeline.san.database import read_transaction, utc_now
+from batch_pipeline.san.database import database_now, read_transaction
 from batch_pipeline.san.resources import SanDatabase
 from batch_pipeline.san.schema import daily_summaries
 from batch_pipeline.til.auto_generation import AREA, day_bounds, detect_users_of_day
@@ -55,7 +55,7 @@ def til_coverage_check(partitions: DailyPartitionsDefinition):
             with_summary = set(conn.execute(select(daily_summaries.c.user_id).where(of_day)).scalars())
             waiting = conn.execute(
                 select(daily_summaries.c.id).where(and_(
-                    of_day, daily_summaries.c.content.is_(None), daily_summaries.c.created_at < utc_now() - TIL_WAIT_LIMIT,
+                    of_day, daily_summaries.c.content.is_(None), daily_summaries.c.created_at < database_now(conn) - TIL_WAIT_LIMIT,
                 )).order_by(daily_summaries.c.id)
             ).scalars().all()
         missing = sorted(active - with_summary)

@@ -4,7 +4,7 @@ from datetime import date, datetime, timezone
 
 from dagster import AssetMaterialization, DagsterRun, Failure, In, OpExecutionContext, Out, op
 
-from batch_pipeline.san.database import read_transaction, utc_now
+from batch_pipeline.san.database import database_now, read_transaction, utc_now
 from batch_pipeline.san.memory import paused_gc
 from batch_pipeline.san.ops import DATABASE_RETRY, as_metadata, san_database_check_op, warn_about_unannounced_jobs
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
@@ -73,7 +73,7 @@ def create_daily_tils(
             day=day,
             bounds=day_window(context),
             run_started_at=run_started_at(context),
-            now=utc_now(),
+            now=database_now(engine),
             batch_size=settings.batch_size,
             dry_run=settings.dry_run,
             limits=settings.write_limits,

@@ -272,3 +272,26 @@ def test_a_killed_connection_fails_the_step_and_the_retry_finishes_the_work(pg_d
     for ghost, target in zip(ghosts, range(6)):
         assert pg_db.get_job(ghost).status == FAILED
         assert [j.status for j in pg_db.jobs(target_id=target)] == [FAILED, PENDING]  # closed once, one replacement
+
+
+def test_ages_are_measured_with_the_database_clock_not_the_hosts(san_db, monkeypatch):
+    # The Dagster host runs 25 minutes fast: a 6-minute-old PENDING job must not look stale for
+    # 31, a scrap saved a second ago must not pass the grace, and nothing is stamped in the future.
+    import sys
+    from datetime import timedelta
+
+    from batch_pipeline.san import database
+
+    fast = lambda: database.datetime.now(database.timezone.utc) + timedelta(minutes=25)  # noqa: E731
+    for name, module in list(sys.modules.items()):
+        if name.startswith("batch_pipeline.") and not name.startswith("batch_pipeline.sandbox") and hasattr(module, "utc_now"):
+            monkeypatch.setattr(module, "utc_now", fast)
+    user = san_db.user()
+    young = san_db.job(CARD_ANALYSIS, san_db.scrap(user, created_at=san_db.ago(hours=2), card=False), PENDING,
+                       created_at=san_db.ago(minutes=6))
+    fresh_scrap = san_db.scrap(user, created_at=san_db.ago(seconds=1), card=False)
+    result, instance = run_recovery(san_db)
+    assert result.success
+    assert san_db.get_job(young).status == PENDING
+    assert latest_metadata(instance, "ghost_job_recovery")["detected"] == 0
+    assert san_db.jobs(target_id=fresh_scrap) == []

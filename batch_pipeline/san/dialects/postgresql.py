@@ -72,6 +72,11 @@ def bound_waits(conn: Connection, limits: WriteLimits) -> None:
     )
 
 
+def database_now(conn: Connection) -> datetime:
+    """The database's clock (the transaction's start), aware."""
+    return conn.execute(text("SELECT now()")).scalar_one()
+
+
 def take_write_lock(conn: Connection) -> None:
     conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITE_LOCK_KEY})
 

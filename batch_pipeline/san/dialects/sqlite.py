@@ -10,7 +10,7 @@ as PostgreSQL's advisory lock does.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Integer, Table, cast, event, func, insert, literal
@@ -38,6 +38,12 @@ def configure_engine(engine: Engine) -> None:
 
 def bound_waits(conn: Connection, limits: WriteLimits) -> None:
     """Nothing to set: the engine's busy timeout bounds the wait for the write lock."""
+
+
+def database_now(conn: Connection) -> datetime:
+    """The database's clock: SQLite's own 'now' (UTC, to the millisecond), aware."""
+    value = conn.exec_driver_sql("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')").scalar_one()
+    return datetime.fromisoformat(value).replace(tzinfo=timezone.utc)
 
 
 def take_write_lock(conn: Connection) -> None:
