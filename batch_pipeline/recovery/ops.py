@@ -14,7 +14,9 @@ from batch_pipeline.recovery.plan import RecoveryReport
 from batch_pipeline.recovery.registry import RECOVERIES
 from batch_pipeline.san.database import database_now, read_transaction
 from batch_pipeline.san.memory import paused_gc
-from batch_pipeline.san.ops import DATABASE_RETRY, as_metadata, san_database_check_op, warn_about_unannounced_jobs
+from batch_pipeline.san.ops import (
+    DATABASE_RETRY, as_metadata, retried_only_if_transient, san_database_check_op, warn_about_unannounced_jobs,
+)
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 
 check_san_database = san_database_check_op(RecoveryConfig, "check_san_database")
@@ -53,7 +55,8 @@ def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
         description=recovery.detect_description,
     )
     def detect(settings: RecoveryConfig, san_database: SanDatabase):
-        with paused_gc(), read_transaction(san_database.get_engine(), settings.write_limits) as conn:
+        with retried_only_if_transient(), paused_gc(), read_transaction(san_database.get_engine(),
+                                                                        settings.write_limits) as conn:
             return recovery.detect(conn, settings, database_now(conn))
 
     @op(
@@ -73,7 +76,7 @@ def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
         job_dispatcher: JobDispatcherResource,
     ):
         engine = san_database.get_engine()
-        with paused_gc():
+        with retried_only_if_transient(), paused_gc():
             report = recovery.recover(engine, job_dispatcher.for_database(engine), candidates, settings,
                                       database_now(engine))
         yield from audit_trail(context, recovery, report)
@@ -92,6 +95,6 @@ RECOVERY_OPS = {recovery.area: recovery_ops(recovery) for recovery in RECOVERIES
     description="The database-wide checks, after every recovery: ghost backlog, recommended indexes, unknown statuses.",
 )
 def check_recovery_health(settings: RecoveryConfig, san_database: SanDatabase):
-    with read_transaction(san_database.get_engine(), settings.write_limits) as conn:
+    with retried_only_if_transient(), read_transaction(san_database.get_engine(), settings.write_limits) as conn:
         results = checks.database_checks(conn, ghost_jobs.GHOST_JOB_RECOVERY.rule(settings, database_now(conn)))
     yield from results

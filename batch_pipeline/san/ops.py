@@ -5,8 +5,11 @@ the Launchpad takes every setting in one place: `ops.check_san_database.config`.
 """
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from dagster import Backoff, Config, ConfigArgumentWarning, MetadataValue, OpExecutionContext, RetryPolicy, op
+from dagster import Backoff, Config, ConfigArgumentWarning, Failure, MetadataValue, OpExecutionContext, RetryPolicy, op
+from sqlalchemy.exc import DBAPIError
 
 from batch_pipeline.san.database import redacted
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
@@ -14,9 +17,54 @@ from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 # `settings` is an input that happens to be a Config object, not a second config parameter.
 warnings.filterwarnings("ignore", category=ConfigArgumentWarning, message="Parameter 'settings'")
 
-# A dropped connection or a lock timeout is worth another try; config and input errors are
-# raised as Failure(allow_retries=False) and fail at once.
+# A dropped connection or a lock timeout is worth another try (after 3 s, then 9 s); every
+# other error fails the step at once (see retried_only_if_transient).
 DATABASE_RETRY = RetryPolicy(max_retries=2, delay=3, backoff=Backoff.EXPONENTIAL)
+
+# PostgreSQL errors a retry can cure: connection exceptions (08), insufficient resources (53),
+# operator intervention (57: admin shutdown, statement timeout), transaction rollback (40:
+# serialization failure, deadlock), and lock_not_available (a lock_timeout).
+TRANSIENT_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57"})
+TRANSIENT_SQLSTATES = frozenset({"55P03"})
+TRANSIENT_SQLITE_ERRORS = frozenset({"SQLITE_BUSY", "SQLITE_LOCKED"})
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether the same step may succeed if tried again: a connection-level or contention fault,
+    not a missing privilege, a read-only session, a missing column or bad data."""
+    if not isinstance(error, DBAPIError):
+        return False
+    if error.connection_invalidated:
+        return True
+    sqlstate = getattr(error.orig, "sqlstate", None)
+    if sqlstate:
+        return sqlstate[:2] in TRANSIENT_SQLSTATE_CLASSES or sqlstate in TRANSIENT_SQLSTATES
+    sqlite_error = getattr(error.orig, "sqlite_errorname", None)
+    if sqlite_error:
+        return sqlite_error in TRANSIENT_SQLITE_ERRORS
+    return type(error.orig).__name__ == "OperationalError"  # psycopg: no server answer, e.g. connection refused
+
+
+@contextmanager
+def retried_only_if_transient() -> Iterator[None]:
+    """Let a transient database fault reach DATABASE_RETRY; turn any other error into a Failure
+    that is not retried and names the cause (retrying InsufficientPrivilege only waits 12 s for
+    the same error)."""
+    try:
+        yield
+    except Failure:
+        raise
+    except Exception as error:
+        if is_transient(error):
+            raise
+        cause = error.orig if isinstance(error, DBAPIError) else error
+        sqlstate = getattr(cause, "sqlstate", None)
+        first_line = (str(cause).strip().splitlines() or [""])[0]
+        raise Failure(
+            description=f"{type(cause).__name__}{f' (SQLSTATE {sqlstate})' if sqlstate else ''}: {first_line}. "
+            "Not retried: the same input gives the same error.",
+            allow_retries=False,
+        ) from error
 
 
 def as_metadata(values: dict) -> dict:

@@ -6,7 +6,9 @@ from dagster import AssetMaterialization, DagsterRun, Failure, In, OpExecutionCo
 
 from batch_pipeline.san.database import database_now, read_transaction, utc_now
 from batch_pipeline.san.memory import paused_gc
-from batch_pipeline.san.ops import DATABASE_RETRY, as_metadata, san_database_check_op, warn_about_unannounced_jobs
+from batch_pipeline.san.ops import (
+    DATABASE_RETRY, as_metadata, retried_only_if_transient, san_database_check_op, warn_about_unannounced_jobs,
+)
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.til import auto_generation
 from batch_pipeline.til.config import TilConfig
@@ -50,7 +52,8 @@ def run_started_at(context: OpExecutionContext) -> datetime:
 @op(out=Out(UsersOfDayType), retry_policy=DATABASE_RETRY, description="Users with scraps on day D and how many have cards.")
 def detect_til_users(context: OpExecutionContext, settings: TilConfig, san_database: SanDatabase):
     start, end = day_window(context)
-    with paused_gc(), read_transaction(san_database.get_engine(), settings.write_limits) as conn:
+    with retried_only_if_transient(), paused_gc(), read_transaction(san_database.get_engine(),
+                                                                    settings.write_limits) as conn:
         return auto_generation.detect_users_of_day(conn, start, end)
 
 
@@ -65,7 +68,7 @@ def create_daily_tils(
 ) -> None:
     engine = san_database.get_engine()
     day = partition_day(context)
-    with paused_gc():
+    with retried_only_if_transient(), paused_gc():
         report = auto_generation.create_daily_tils(
             engine,
             job_dispatcher.for_database(engine),

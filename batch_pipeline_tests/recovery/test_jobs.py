@@ -295,3 +295,39 @@ def test_ages_are_measured_with_the_database_clock_not_the_hosts(san_db, monkeyp
     assert san_db.get_job(young).status == PENDING
     assert latest_metadata(instance, "ghost_job_recovery")["detected"] == 0
     assert san_db.jobs(target_id=fresh_scrap) == []
+
+
+def test_a_deterministic_database_error_fails_at_once_naming_the_cause(pg_db):
+    # A read-only session (a replica, a SELECT-only role): retrying cannot help, so no retry.
+    pg_db.job(CARD_ANALYSIS, 1, PENDING, created_at=pg_db.ago(hours=1))
+    read_only = pg_db.url.replace("options=-csearch_path%3D", "options=-cdefault_transaction_read_only%3Don%20-csearch_path%3D")
+    assert read_only != pg_db.url
+    started = time.monotonic()
+    result, _ = run_recovery(pg_db, url=read_only)
+    assert not result.success and time.monotonic() - started < 20  # no 3 s + 9 s of retries
+    assert [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"] == []
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert failure.step_key == step_key("recover_ghost_jobs")
+    message = failure.step_failure_data.error.message
+    assert "ReadOnlySqlTransaction (SQLSTATE 25006)" in message and "Not retried" in message
+
+
+def test_only_connection_level_and_contention_faults_count_as_transient():
+    from sqlalchemy.exc import OperationalError, ProgrammingError
+
+    from batch_pipeline.san.ops import is_transient
+
+    class Orig(Exception):
+        def __init__(self, sqlstate):
+            self.sqlstate = sqlstate
+
+    def pg_error(cls, sqlstate):
+        return cls("SELECT 1", {}, Orig(sqlstate))
+
+    assert is_transient(pg_error(OperationalError, "57P01"))  # admin shutdown: a killed connection
+    assert is_transient(pg_error(OperationalError, "55P03"))  # lock_timeout
+    assert is_transient(pg_error(OperationalError, "40P01"))  # deadlock
+    assert not is_transient(pg_error(ProgrammingError, "42501"))  # insufficient privilege
+    assert not is_transient(pg_error(ProgrammingError, "42703"))  # undefined column
+    assert not is_transient(pg_error(OperationalError, "25006"))  # read-only transaction
+    assert not is_transient(ValueError("a bug"))
