@@ -26,6 +26,7 @@ from batch_pipeline.recovery.ghost_jobs import (
 )
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
 from batch_pipeline.recovery.assets import recovery_run_config
+from batch_pipeline.recovery.checks import UNKNOWN_STATUSES
 from batch_pipeline.recovery.plan import MAX_ATTEMPTS
 from batch_pipeline.recovery.registry import RECOVERIES
 from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE, TargetRecovery, detect_query
@@ -194,6 +195,7 @@ def detection_queries(now: datetime, day: date):
             ORPHAN_SCRAPS, created_before=now - ORPHAN_MIN_AGE, created_since=now - timedelta(hours=48)
         ),
         "TIL active users": users_of_day_query(start, end),
+        "unknown_job_statuses check": UNKNOWN_STATUSES,
     }
     for name, query in queries.items():
         compiled = query.compile(dialect=engine.dialect, compile_kwargs={"render_postcompile": True})

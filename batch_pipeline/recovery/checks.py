@@ -146,8 +146,9 @@ def recovery_indexes(conn: Connection) -> AssetCheckResult:
 
 
 # A status batch_pipeline does not know (a new app state, a typo in a migration) is never
-# touched: detection matches PENDING/PROCESSING only. This counts such rows so they are seen.
-# It reads every job (no index can find "none of these values"): one sequential scan per run.
+# touched: ghost detection matches PENDING/PROCESSING only. This counts such rows so they are
+# seen. With the recommended partial index ix_san_jobs_unknown_status (whose predicate is this
+# query's) it reads only those rows; without it, every job.
 UNKNOWN_STATUSES = (
     select(jobs.c.status, func.count().label("jobs"), func.min(jobs.c.id).label("first_job_id"))
     .where(jobs.c.status.not_in(JOB_STATUSES))

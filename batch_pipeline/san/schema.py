@@ -147,6 +147,14 @@ RECOMMENDED_INDEXES = (
         sqlite="scraps (id, created_at, user_id) WHERE refined_content IS NULL",
     ),
     RecommendedIndex(
+        name="ix_san_jobs_unknown_status",
+        table="jobs",
+        why="the unknown_job_statuses check, run in every recovery run, reads only jobs whose status "
+        "batch_pipeline does not know (usually none) instead of every job",
+        postgresql="jobs (status) WHERE status NOT IN ('PENDING', 'PROCESSING', 'COMPLETED', 'FAILED')",
+        sqlite="jobs (status) WHERE status NOT IN ('PENDING', 'PROCESSING', 'COMPLETED', 'FAILED')",
+    ),
+    RecommendedIndex(
         name="ix_san_daily_summaries_unwritten_by_id",
         table="daily_summaries",
         why="unwritten-TIL detection reads only summaries whose content is still NULL, and the "
