@@ -10,8 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from batch_pipeline.san.database import (
-    SanConnectionError, check_connection, create_san_engine, database_now, redacted, utc_now,
+    SanConnectionError, check_connection, create_san_engine, database_now, read_transaction, redacted, utc_now,
 )
 from batch_pipeline.san.dispatch import DispatcherConfigError, RedisStreamDispatcher, build_dispatcher, redact_secrets
 from batch_pipeline.san.schema import SanSchemaError, index_advice, verify_schema
@@ -43,13 +45,25 @@ def diagnose(database_url: str) -> list[Finding]:
         findings.append(Finding(False, str(error), "check SAN_DATABASE_URL, the server and the credentials"))
         return findings
     findings.append(Finding(True, f"connected to {redacted(engine.url)}"))
-    with engine.connect() as conn:
+    try:
+        diagnose_connected(engine, findings)
+    except SQLAlchemyError as error:  # bounded waits: a locked table is reported, not waited on
+        reason = (str(getattr(error, "orig", None) or error).strip().splitlines() or [""])[0]
+        findings.append(Finding(False, f"the SAN database did not answer in time: {reason}",
+                                "a table is locked (a migration?) or the server is overloaded: look at pg_locks / "
+                                "pg_stat_activity, then run doctor again"))
+    engine.dispose()
+    return findings
+
+
+def diagnose_connected(engine, findings: list[Finding]) -> None:
+    with read_transaction(engine) as conn:
         try:
             verify_schema(conn)
             findings.append(Finding(True, "every table and column batch_pipeline uses is present"))
         except SanSchemaError as error:
             findings.append(Finding(False, str(error), "point SAN_DATABASE_URL at the SAN database"))
-            return findings
+            return
         advice = index_advice(conn)
         if advice.missing:
             small_demo = conn.dialect.name != "postgresql"  # the embedded SQLite demo is fine without
@@ -88,8 +102,6 @@ def diagnose(database_url: str) -> list[Finding]:
             findings.append(Finding(False, f"Redis at {redacted(redis_url)} is unreachable: "
                                            f"{redact_secrets(str(error), redis_url)}",
                                     "start Redis or fix SAN_REDIS_URL (jobs are still created, only not announced)"))
-    engine.dispose()
-    return findings
 
 
 def run_doctor(database_url: str, out: Callable[[str], None] = print) -> int:

@@ -52,3 +52,28 @@ def test_unknown_dispatcher_and_unreachable_server(san_db, monkeypatch):
     assert code == 1 and "SAN_JOB_DISPATCHER='smoke-signals' is not a dispatcher" in report
     code, report = doctor("postgresql+psycopg://postgres@127.0.0.1:1/san", monkeypatch)
     assert code == 1 and "cannot connect to the SAN database" in report
+
+
+def test_a_locked_table_is_reported_not_waited_on(pg_db, monkeypatch):
+    import time
+
+    migration = pg_db.engine.connect()
+    transaction = migration.begin()
+    migration.execute(text("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE"))
+    try:
+        started = time.monotonic()
+        code, report = doctor(pg_db.url, monkeypatch)
+        waited = time.monotonic() - started
+    finally:
+        transaction.rollback()
+        migration.close()
+    assert code == 1 and waited < 30  # the default 5 s lock_timeout, not forever
+    assert "lock timeout" in report
+
+
+def test_a_timestamp_without_time_zone_is_refused_by_name(pg_db, monkeypatch):
+    with pg_db.engine.begin() as conn:
+        conn.execute(text("ALTER TABLE jobs ALTER COLUMN created_at TYPE timestamp without time zone"))
+    code, report = doctor(pg_db.url, monkeypatch)
+    assert code == 1
+    assert "column 'jobs.created_at' is TIMESTAMP WITHOUT TIME ZONE; batch_pipeline needs TIMESTAMPTZ" in report

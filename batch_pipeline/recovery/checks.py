@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 from batch_pipeline.recovery import ghost_jobs
 from batch_pipeline.recovery.plan import RecoveryReport, minutes
 from batch_pipeline.recovery.registry import RECOVERIES
+from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.schema import JOB_STATUSES, index_advice, jobs
 
 # The backlog limit, as a multiple of the run's thresholds: a job stale for longer has been
@@ -110,11 +111,15 @@ def backlog_rule(rule: ghost_jobs.GhostRule) -> ghost_jobs.GhostRule:
 
 
 def ghost_backlog(conn: Connection, rule: ghost_jobs.GhostRule) -> AssetCheckResult:
+    """Read through the partial index of active jobs, as ghost detection is; the sample is the
+    oldest stale jobs (in the index's created_at order: ordering by id would walk the primary key
+    over every job looking for them)."""
     limit = backlog_rule(rule)
+    dialect(conn).prefer_index_plans(conn, ghost_jobs.GHOST_DETECTION_PREFERS)  # transaction-local
     count = conn.execute(select(func.count()).select_from(jobs).where(ghost_jobs.is_stale(limit))).scalar_one()
     sample = conn.execute(
-        select(jobs.c.id).where(ghost_jobs.is_stale(limit)).order_by(jobs.c.id).limit(ID_SAMPLE)
-    ).scalars().all()
+        select(jobs.c.id).where(ghost_jobs.is_stale(limit)).order_by(jobs.c.created_at, jobs.c.id).limit(ID_SAMPLE)
+    ).scalars().all() if count else []
     return AssetCheckResult(
         asset_key=ghost_jobs.AREA, check_name=GHOST_BACKLOG.name,
         passed=count == 0,

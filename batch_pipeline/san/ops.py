@@ -32,6 +32,8 @@ TRANSIENT_SQLITE_ERRORS = frozenset({"SQLITE_BUSY", "SQLITE_LOCKED"})
 def is_transient(error: BaseException) -> bool:
     """Whether the same step may succeed if tried again: a connection-level or contention fault,
     not a missing privilege, a read-only session, a missing column or bad data."""
+    if isinstance(error, (ConnectionError, TimeoutError)):  # a network fault below the driver
+        return True
     if not isinstance(error, DBAPIError):
         return False
     if error.connection_invalidated:

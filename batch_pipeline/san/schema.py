@@ -246,6 +246,12 @@ class SanSchemaError(RuntimeError):
     """The SAN database lacks a table or column the pipeline needs."""
 
 
+def is_naive_timestamp(declared: Column, found) -> bool:
+    """A column batch_pipeline reads as an instant (TIMESTAMPTZ) that the database holds as a
+    wall-clock time (TIMESTAMP WITHOUT TIME ZONE)."""
+    return isinstance(declared.type, DateTime) and declared.type.timezone and getattr(found, "timezone", True) is False
+
+
 def verify_schema(conn: Connection) -> None:
     """Check that every table and column batch_pipeline uses exists; raise naming what is missing."""
     try:
@@ -256,10 +262,15 @@ def verify_schema(conn: Connection) -> None:
             if table.name not in existing_tables:
                 problems.append(f"table '{table.name}' is missing")
                 continue
-            present = {column["name"] for column in inspector.get_columns(table.name)}
+            present = {column["name"]: column for column in inspector.get_columns(table.name)}
             for column in table.columns:
                 if column.name not in present:
                     problems.append(f"column '{table.name}.{column.name}' is missing")
+                elif conn.dialect.name == "postgresql" and is_naive_timestamp(column, present[column.name]["type"]):
+                    problems.append(
+                        f"column '{table.name}.{column.name}' is TIMESTAMP WITHOUT TIME ZONE; batch_pipeline "
+                        "needs TIMESTAMPTZ (a naive timestamp is read in the session's zone, and every age would "
+                        "be off by its offset)")
     except SQLAlchemyError as error:
         raise SanSchemaError(f"could not inspect the SAN database schema: {error}") from error
     if problems:

@@ -6,7 +6,9 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text, update
 
-from batch_pipeline.recovery.ghost_jobs import GhostRule, detect_ghost_jobs, recover_ghost_jobs
+from batch_pipeline.recovery.ghost_jobs import (
+    STALE_PENDING_AFTER, STALE_PROCESSING_AFTER, GhostRule, detect_ghost_jobs, recover_ghost_jobs,
+)
 from batch_pipeline.recovery.plan import RecoveryPolicy
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.dialects.postgresql import has_target_index
@@ -43,18 +45,20 @@ def recover(db, ghosts, dispatcher=None, max_attempts=10, max_enqueue_per_run=50
 
 
 def test_pending_is_a_ghost_after_30_minutes_not_before(san_db):
-    fresh = san_db.job(CARD_ANALYSIS, 1, PENDING, created_at=san_db.ago(minutes=29))
-    stale = san_db.job(CARD_ANALYSIS, 2, PENDING, created_at=san_db.ago(minutes=31))
+    assert STALE_PENDING_AFTER == timedelta(minutes=30)  # the design's rule
+    fresh = san_db.job(CARD_ANALYSIS, 1, PENDING, created_at=san_db.now - STALE_PENDING_AFTER + timedelta(minutes=1))
+    stale = san_db.job(CARD_ANALYSIS, 2, PENDING, created_at=san_db.now - STALE_PENDING_AFTER - timedelta(minutes=1))
     assert detect(san_db)["job_id"].tolist() == [stale]
     assert fresh not in detect(san_db)["job_id"].tolist()
 
 
 def test_processing_is_a_ghost_after_60_minutes_from_started_at(san_db):
-    running = san_db.job(CARD_ANALYSIS, 1, PROCESSING, created_at=san_db.ago(hours=3), started_at=san_db.ago(minutes=59))
-    stuck = san_db.job(CARD_ANALYSIS, 2, PROCESSING, created_at=san_db.ago(hours=3), started_at=san_db.ago(minutes=61))
+    assert STALE_PROCESSING_AFTER == timedelta(minutes=60)  # the design's rule
+    running = san_db.job(CARD_ANALYSIS, 1, PROCESSING, created_at=san_db.ago(hours=3), started_at=san_db.now - STALE_PROCESSING_AFTER + timedelta(minutes=1))
+    stuck = san_db.job(CARD_ANALYSIS, 2, PROCESSING, created_at=san_db.ago(hours=3), started_at=san_db.now - STALE_PROCESSING_AFTER - timedelta(minutes=1))
     # started_at decides even when a worker touched updated_at recently
     stuck_touched = san_db.job(
-        CARD_ANALYSIS, 3, PROCESSING, created_at=san_db.ago(hours=3), started_at=san_db.ago(minutes=61),
+        CARD_ANALYSIS, 3, PROCESSING, created_at=san_db.ago(hours=3), started_at=san_db.now - STALE_PROCESSING_AFTER - timedelta(minutes=1),
         updated_at=san_db.ago(minutes=1),
     )
     found = detect(san_db)["job_id"].tolist()
@@ -63,8 +67,8 @@ def test_processing_is_a_ghost_after_60_minutes_from_started_at(san_db):
 
 
 def test_processing_with_null_started_at_ages_from_updated_at(san_db):
-    recent = san_db.job(SCRAP_REFINE, 1, PROCESSING, created_at=san_db.ago(hours=5), updated_at=san_db.ago(minutes=59))
-    old = san_db.job(SCRAP_REFINE, 2, PROCESSING, created_at=san_db.ago(hours=5), updated_at=san_db.ago(minutes=61))
+    recent = san_db.job(SCRAP_REFINE, 1, PROCESSING, created_at=san_db.ago(hours=5), updated_at=san_db.now - STALE_PROCESSING_AFTER + timedelta(minutes=1))
+    old = san_db.job(SCRAP_REFINE, 2, PROCESSING, created_at=san_db.ago(hours=5), updated_at=san_db.now - STALE_PROCESSING_AFTER - timedelta(minutes=1))
     ghosts = detect(san_db)
     assert ghosts["job_id"].tolist() == [old]
     assert recent not in ghosts["job_id"].tolist()

@@ -330,4 +330,5 @@ def test_only_connection_level_and_contention_faults_count_as_transient():
     assert not is_transient(pg_error(ProgrammingError, "42501"))  # insufficient privilege
     assert not is_transient(pg_error(ProgrammingError, "42703"))  # undefined column
     assert not is_transient(pg_error(OperationalError, "25006"))  # read-only transaction
+    assert is_transient(ConnectionError("connection reset"))
     assert not is_transient(ValueError("a bug"))

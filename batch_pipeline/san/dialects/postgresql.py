@@ -107,6 +107,18 @@ def has_target_index(conn: Connection) -> bool:
     return conn.info["batch_pipeline.has_target_index"]
 
 
+def has_unique_job_index(conn: Connection) -> bool:
+    """Whether `jobs` has a unique index besides its primary key (SAN's guarantee of one active
+    job per target, cached per connection). Only then can a job insert conflict, and only then
+    do the inserts pay for ON CONFLICT's speculative insertion."""
+    if "batch_pipeline.has_unique_job_index" not in conn.info:
+        conn.info["batch_pipeline.has_unique_job_index"] = conn.execute(text(
+            "SELECT EXISTS (SELECT 1 FROM pg_index WHERE indrelid = to_regclass('jobs') "
+            "AND indisunique AND NOT indisprimary)"
+        )).scalar_one()
+    return conn.info["batch_pipeline.has_unique_job_index"]
+
+
 def can_fuse(conn: Connection, source: JobSource) -> bool:
     """Whether `enqueue_fused` is the faster form for this source: with the target index, or
     for targets the statement creates itself (nothing to count, so no index to probe)."""
@@ -150,11 +162,12 @@ def notify_job_ids(channel: str):
 
 # -- inserts -----------------------------------------------------------------------------------
 def insert_rows_statement(
-    table: Table, constants: Mapping[str, object], id_columns: Mapping[str, Sequence[int | None]], returning: Sequence[str]
+    table: Table, constants: Mapping[str, object], id_columns: Mapping[str, Sequence[int | None]], returning: Sequence[str],
+    skip_conflicts: bool = False,
 ):
     """INSERT … SELECT … FROM unnest(:a, :b) … RETURNING: one row per position of the
     `id_columns` lists, two array parameters whatever the batch size; to run, or to use as a
-    CTE of a larger statement. Into `jobs`, ON CONFLICT DO NOTHING (see enqueue_statement)."""
+    CTE of a larger statement. `skip_conflicts`: ON CONFLICT DO NOTHING (see enqueue_statement)."""
     names = list(id_columns)
     arrays = func.unnest(
         *(bindparam(None, list(id_columns[name]), type_=BigIntArray) for name in names)
@@ -164,16 +177,19 @@ def insert_rows_statement(
         *(arrays.c[name] for name in names),
     )
     statement = pg_insert(table).from_select([*constants, *names], source)
-    if table is jobs:
+    if skip_conflicts:
         statement = statement.on_conflict_do_nothing()
     return statement.returning(*(table.c[name] for name in returning))
 
 
 def insert_rows(conn: Connection, table: Table, constants, id_columns, returning) -> list[dict]:
-    """Insert one row per position of the `id_columns` lists; the `returning` columns by name."""
+    """Insert one row per position of the `id_columns` lists; the `returning` columns by name.
+    Into `jobs` where SAN has a unique index on it, a conflicting row is skipped."""
     if not any(id_columns.values()):
         return []
-    return [dict(row) for row in conn.execute(insert_rows_statement(table, constants, id_columns, returning)).mappings()]
+    skip = table is jobs and has_unique_job_index(conn)
+    statement = insert_rows_statement(table, constants, id_columns, returning, skip_conflicts=skip)
+    return [dict(row) for row in conn.execute(statement).mappings()]
 
 
 # -- the fused enqueue statement ---------------------------------------------------------------
@@ -213,6 +229,10 @@ def _requested_from_rows(source: JobSource):
     job_type = literal(source.job_type, jobs.c.job_type.type) if source.job_type else rows.c.job_type
     target = rows.c[source.target_column]
     retry_of = func.min(rows.c[source.retry_of_column]) if source.retry_of_column else cast(null(), BigInteger)
+    if source.creates_targets:  # each row is a new target: nothing to group
+        requested = select(job_type.label("job_type"), target.label("target_id"),
+                           cast(null(), BigInteger).label("retry_of"), literal(0).label("closing"))
+        return requested.cte("requested"), rows
     requested = (
         select(job_type.label("job_type"), target.label("target_id"), retry_of.label("retry_of"),
                (func.count() if source.closes_active_jobs else literal(0)).label("closing"))
@@ -222,7 +242,8 @@ def _requested_from_rows(source: JobSource):
     return requested, rows
 
 
-def enqueue_statement(source: JobSource, now: datetime, max_attempts: int, notify_channel: str | None = None):
+def enqueue_statement(source: JobSource, now: datetime, max_attempts: int, notify_channel: str | None = None,
+                      skip_conflicts: bool = False):
     """The one statement that enqueues a batch: `requested` (from the source), the attempt and
     active counts (one index-only range per target on ix_san_jobs_target), the insert of one
     PENDING job per target with no active job and under the cap, and the announcement. Its
@@ -245,7 +266,7 @@ def enqueue_statement(source: JobSource, now: datetime, max_attempts: int, notif
         )
     active = counted.c.active_jobs > 0
     exhausted = and_(~active, counted.c.attempts >= max_attempts) if max_attempts else false()
-    inserted = (
+    insert_jobs = (
         pg_insert(jobs)
         .from_select(
             ["job_type", "target_id", "status", "created_at", "updated_at", "retry_of_job_id"],
@@ -254,13 +275,13 @@ def enqueue_statement(source: JobSource, now: datetime, max_attempts: int, notif
                 literal(now, jobs.c.created_at.type), literal(now, jobs.c.updated_at.type), counted.c.retry_of,
             ).where(~active, ~exhausted).order_by(counted.c.job_type, counted.c.target_id),
         )
+    )
+    if skip_conflicts:
         # The app's own enqueue does not take the advisory lock: where SAN has a unique index on
         # active jobs, a job it committed after this statement's snapshot is a conflict, and
         # that target is skipped (counted as skipped_by_race), not the batch rolled back.
-        .on_conflict_do_nothing()
-        .returning(jobs.c.id, jobs.c.job_type, jobs.c.target_id, jobs.c.retry_of_job_id)
-        .cte("inserted")
-    )
+        insert_jobs = insert_jobs.on_conflict_do_nothing()
+    inserted = insert_jobs.returning(jobs.c.id, jobs.c.job_type, jobs.c.target_id, jobs.c.retry_of_job_id).cte("inserted")
     columns = [
         *(array_of(inserted.c[name], inserted.c.id).label(f"created_{name}")
           for name in ("id", "job_type", "target_id", "retry_of_job_id")),
@@ -280,7 +301,8 @@ def enqueue_fused(conn: Connection, source: JobSource, *, now: datetime, max_att
                   notify_channel: str | None) -> dict:
     """Run `enqueue_statement`; its outcome by name: created jobs, active and exhausted
     (job_type, target_id) pairs, whether it announced, and the source's rows."""
-    row = conn.execute(enqueue_statement(source, now, max_attempts, notify_channel)).one()._mapping
+    statement = enqueue_statement(source, now, max_attempts, notify_channel, skip_conflicts=has_unique_job_index(conn))
+    row = conn.execute(statement).one()._mapping
     arrays = {name: value or [] for name, value in row.items() if name != "announced"}
 
     def rows_of(prefix: str, names: Sequence[str]) -> list[dict]:
