@@ -183,7 +183,7 @@ def close_and_replace(
         replacements={job.retry_of_job_id: job for job in outcome.created},
         exhausted_ids=[row["id"] for row in closed if (row["job_type"], row["target_id"]) in exhausted],
     )
-    return BatchWritten(result, outcome.created, outcome.announced)
+    return outcome.as_batch(result)
 
 
 def recover_ghost_jobs(

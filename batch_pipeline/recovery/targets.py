@@ -193,7 +193,7 @@ def recover_targets(
     def write_batch(conn: Connection, ids: Sequence[int]) -> BatchWritten:
         outcome = enqueue(conn, recovery.job_source(ids), now=now, max_attempts=policy.max_attempts,
                           notify_channel=dispatcher.statement_channel)
-        return BatchWritten(outcome, outcome.created, outcome.announced)
+        return outcome.as_batch(outcome)
 
     to_enqueue = plan.to_enqueue[key].tolist()
     results, batches = run_in_batches(engine, dispatcher, to_enqueue, policy.batch_size, write_batch, policy.limits)

@@ -90,6 +90,10 @@ class EnqueueOutcome:
     announced: bool = False  # the write statement sent the created jobs' pg_notify itself
     source_rows: list[dict] = field(default_factory=list)  # what a statement source returned, by name
 
+    def as_batch(self, result) -> "BatchWritten":
+        """This outcome as one batch of `run_in_batches`, with the caller's `result`."""
+        return BatchWritten(result, self.created, self.announced)
+
 
 def enqueue(conn: Connection, source: JobSource, *, now: datetime, max_attempts: int,
             notify_channel: str | None = None) -> EnqueueOutcome:
@@ -121,16 +125,6 @@ def enqueue_jobs(
     outcome.exhausted = [target for _type, target in outcome.exhausted]
     outcome.already_active = [target for _type, target in outcome.already_active]
     return outcome
-
-
-def enqueue_batch(
-    conn: Connection, job_type: str, requests: Sequence[EnqueueRequest], *, now: datetime, max_attempts: int,
-    eligibility: Eligibility | None = None, notify_channel: str | None = None,
-) -> "BatchWritten[EnqueueOutcome]":
-    """`enqueue_jobs` as one batch of `run_in_batches`."""
-    outcome = enqueue_jobs(conn, job_type, requests, now=now, max_attempts=max_attempts, eligibility=eligibility,
-                           notify_channel=notify_channel)
-    return BatchWritten(outcome, outcome.created, outcome.announced)
 
 
 # -- the portable form (SQLite; PostgreSQL without ix_san_jobs_target) -------------------------

@@ -96,7 +96,7 @@ def create_batch(
     outcome = enqueue(conn, summaries_source(user_ids, day, run_started_at), now=now, max_attempts=0,
                       notify_channel=notify_channel)
     summaries = [(row["id"], row["user_id"]) for row in outcome.source_rows]
-    return BatchWritten((summaries, outcome.created), outcome.created, outcome.announced)
+    return outcome.as_batch((summaries, outcome.created))
 
 
 @dataclass
