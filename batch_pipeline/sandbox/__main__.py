@@ -181,7 +181,7 @@ def converge(args, faults: Faults) -> int:
           f"poison={len(result.poison_scrap_ids)} poison_jobs_max={max(result.poison_jobs.values(), default=0)} "
           f"duplicates={max(c.duplicates for c in result.cycles)} "
           f"audit_mismatches={sum(len(c.audit_mismatches) for c in result.cycles)} "
-          f"til_users={len(til.active_users)} til_summaries={til.summaries_created} til_completed={til.jobs_completed} "
+          f"til_users={len(til.active_users)} til_summaries={til.summaries_created} til_written={til.written} til_jobs_completed={til.jobs_completed} "
           f"til_ai_failures={til.ai_failures} til_recovered={til.recovered} "
           f"seconds={result.seconds:.0f}")
     return 0 if result.converged else 1

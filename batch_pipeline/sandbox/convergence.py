@@ -71,7 +71,8 @@ class TilFigures:
     active_users: set[int]
     summaries_per_user: dict[int, int]
     summaries_created: int
-    jobs_completed: int  # summaries of the run whose TIL job completed, with content
+    written: int  # summaries of the run with their TIL content (what the user gets)
+    jobs_completed: int  # of those, with a COMPLETED TIL job (a late result can write it instead)
     cycles: int
     duplicates: int
     ai_failures: int = 0  # TIL_GENERATION attempts the workers ended FAILED
@@ -307,6 +308,10 @@ def final_state(engine: Engine, poison: set[int]) -> dict:
     }
 
 
+def til_job_in_flight():
+    return has_active_job(TIL_GENERATION, daily_summaries)
+
+
 def til_job_completed():
     return exists().where(and_(jobs.c.target_id == daily_summaries.c.id, jobs.c.job_type == TIL_GENERATION,
                                jobs.c.status == COMPLETED))
@@ -333,8 +338,8 @@ def busiest_day(engine: Engine, timezone: str) -> tuple[date, set[int]]:
 def heal_til_day(url, engine, dispatcher, instance, faults, workers, redis_url, timezone, max_attempts, report,
                  max_cycles: int = 20) -> TilFigures:
     """Run the TIL partition of the busiest day, then (work, age, recovery) until every summary
-    of the run has its content. The TIL phase keeps every worker fault of the scrap phase, AI
-    failures included: a FAILED TIL_GENERATION job is healed by til_generation_recovery, a lost
+    of the run has its content and no job in flight. The TIL phase keeps every worker fault of
+    the scrap phase, AI failures included: a FAILED TIL_GENERATION job is healed by til_generation_recovery, a lost
     event or a dead or slow worker by ghost-job recovery. No poison: a summary's TIL is never
     refused by the AI for good in this experiment."""
     day, active_users = busiest_day(engine, timezone)
@@ -347,7 +352,7 @@ def heal_til_day(url, engine, dispatcher, instance, faults, workers, redis_url, 
         before = conn.execute(select(func.coalesce(func.max(daily_summaries.c.id), 0))).scalar_one()
     settings = WorkerSettings(url, dispatcher, til_faults, redis_url, timezone)
     figures = TilFigures(day=day, active_users=active_users, summaries_per_user={}, summaries_created=0,
-                         jobs_completed=0, cycles=0, duplicates=0)
+                         written=0, jobs_completed=0, cycles=0, duplicates=0)
     with WorkerPool(settings, workers) as pool:
         run_til_partition(url, dispatcher, instance, day)
         for figures.cycles in range(1, max_cycles + 1):
@@ -355,9 +360,9 @@ def heal_til_day(url, engine, dispatcher, instance, faults, workers, redis_url, 
             with engine.connect() as conn:
                 missing = conn.execute(select(func.count()).select_from(daily_summaries).where(
                     daily_summaries.c.id > before,
-                    daily_summaries.c.content.is_(None) | ~til_job_completed())).scalar_one()
+                    daily_summaries.c.content.is_(None) | til_job_in_flight())).scalar_one()
             figures.duplicates = max(figures.duplicates, duplicate_active_jobs(engine))
-            report(f"TIL {day}: cycle {figures.cycles}, summaries without content or a completed job: {missing}")
+            report(f"TIL {day}: cycle {figures.cycles}, summaries without content or with a job in flight: {missing}")
             if not missing:
                 break
             age_database(engine, AGE_PER_CYCLE)
@@ -377,5 +382,8 @@ def heal_til_day(url, engine, dispatcher, instance, faults, workers, redis_url, 
     for _id, user_id, _content in summaries:
         figures.summaries_per_user[user_id] = figures.summaries_per_user.get(user_id, 0) + 1
     figures.summaries_created = len(summaries)
+    figures.written = sum(1 for s in summaries if s.content)
+    # A slow worker's late result can write the TIL after recovery replaced its job, and the
+    # replacement may then fail at the AI: the user has the TIL, the job history ends FAILED.
     figures.jobs_completed = sum(1 for s in summaries if s.id in completed_targets and s.content)
     return figures

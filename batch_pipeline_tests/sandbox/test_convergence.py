@@ -49,7 +49,8 @@ def assert_converged(result, workers_saw_faults=True):
     til = result.til
     assert til.active_users and set(til.summaries_per_user) == til.active_users
     assert set(til.summaries_per_user.values()) == {1}
-    assert til.jobs_completed == til.summaries_created == len(til.active_users)
+    assert til.written == til.summaries_created == len(til.active_users)  # every summary got its TIL
+    assert til.jobs_completed >= til.written - til.ai_failures  # and almost every one a COMPLETED job
     assert til.duplicates == 0
     # AI failures struck the TIL jobs too, and til_generation_recovery (the fifth) healed them
     assert til.ai_failures > 0 and til.recovered > 0
