@@ -171,6 +171,8 @@ def plan_shape(conn: psycopg.Connection, sql: str, params: dict) -> str:
         if "Scan" in kind and "Relation Name" in node:
             index = f"({node['Index Name']})" if "Index Name" in node else ""
             scans.append(f"{kind} {node['Relation Name']}{index}")
+        elif kind == "Bitmap Index Scan":  # the index under a Bitmap Heap Scan
+            scans.append(f"{kind}({node['Index Name']})")
         for child in node.get("Plans", []):
             walk(child)
 
