@@ -108,7 +108,7 @@ def enqueue(conn: Connection, source: JobSource, *, now: datetime, max_attempts:
     if sql.can_fuse(conn, source):
         fused = sql.enqueue_fused(conn, source, now=now, max_attempts=max_attempts, notify_channel=notify_channel)
         return EnqueueOutcome(
-            created=[NewJob(row["id"], row["job_type"], row["target_id"], row["retry_of_job_id"]) for row in fused["created"]],
+            created=[NewJob(*job) for job in fused["created"]],
             exhausted=fused["exhausted"], already_active=fused["already_active"], announced=fused["announced"],
             source_rows=fused["source_rows"],
         )

@@ -228,11 +228,11 @@ def _requested_from_rows(source: JobSource):
     rows = statement.cte("source")
     job_type = literal(source.job_type, jobs.c.job_type.type) if source.job_type else rows.c.job_type
     target = rows.c[source.target_column]
-    retry_of = func.min(rows.c[source.retry_of_column]) if source.retry_of_column else cast(null(), BigInteger)
     if source.creates_targets:  # each row is a new target: nothing to group
         requested = select(job_type.label("job_type"), target.label("target_id"),
                            cast(null(), BigInteger).label("retry_of"), literal(0).label("closing"))
         return requested.cte("requested"), rows
+    retry_of = func.min(rows.c[source.retry_of_column]) if source.retry_of_column else cast(null(), BigInteger)
     requested = (
         select(job_type.label("job_type"), target.label("target_id"), retry_of.label("retry_of"),
                (func.count() if source.closes_active_jobs else literal(0)).label("closing"))
@@ -247,7 +247,7 @@ def enqueue_statement(source: JobSource, now: datetime, max_attempts: int, notif
     """The one statement that enqueues a batch: `requested` (from the source), the attempt and
     active counts (one index-only range per target on ix_san_jobs_target), the insert of one
     PENDING job per target with no active job and under the cap, and the announcement. Its
-    one row holds labelled arrays, read by `decode_outcome`."""
+    one row holds labelled arrays, read by name in `enqueue_fused`."""
     requested, source_rows = (_requested_from_rows if source.from_rows else _requested_from_targets)(source)
     if source.creates_targets:  # new targets have no jobs: nothing to count
         counted = select(requested, literal(0).label("attempts"), literal(0).label("active_jobs")).cte("counted")
@@ -299,19 +299,18 @@ def enqueue_statement(source: JobSource, now: datetime, max_attempts: int, notif
 
 def enqueue_fused(conn: Connection, source: JobSource, *, now: datetime, max_attempts: int,
                   notify_channel: str | None) -> dict:
-    """Run `enqueue_statement`; its outcome by name: created jobs, active and exhausted
-    (job_type, target_id) pairs, whether it announced, and the source's rows."""
+    """Run `enqueue_statement`; its outcome, each array read by its name: the created jobs as
+    (id, job_type, target_id, retry_of_job_id) tuples, active and exhausted (job_type,
+    target_id) pairs, whether it announced, and the source's rows (by column name)."""
     statement = enqueue_statement(source, now, max_attempts, notify_channel, skip_conflicts=has_unique_job_index(conn))
     row = conn.execute(statement).one()._mapping
     arrays = {name: value or [] for name, value in row.items() if name != "announced"}
-
-    def rows_of(prefix: str, names: Sequence[str]) -> list[dict]:
-        return [dict(zip(names, values)) for values in zip(*(arrays[f"{prefix}_{name}"] for name in names))]
+    source_columns = [arrays[f"source_{name}"] for name in source.returned] if source.from_rows else []
 
     return {
-        "created": rows_of("created", ("id", "job_type", "target_id", "retry_of_job_id")),
+        "created": list(zip(*(arrays[f"created_{name}"] for name in ("id", "job_type", "target_id", "retry_of_job_id")))),
         "already_active": list(zip(arrays["active_job_type"], arrays["active_target_id"])),
         "exhausted": list(zip(arrays["exhausted_job_type"], arrays["exhausted_target_id"])),
         "announced": row["announced"] is not None,
-        "source_rows": rows_of("source", source.returned) if source.from_rows else [],
+        "source_rows": [dict(zip(source.returned, values)) for values in zip(*source_columns)],
     }
