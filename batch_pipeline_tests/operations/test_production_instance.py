@@ -62,6 +62,9 @@ def test_a_scheduled_tick_launches_a_recovery_run_on_the_production_instance(tmp
     for name, value in env.items():  # this process reads the same instance to watch the runs
         if name.startswith("DAGSTER_PG_"):
             monkeypatch.setenv(name, value)
+    # Create Dagster's storage schema once, before two processes race to create it on an empty
+    # database (one of them failed here with 'type "run_tags" already exists').
+    DagsterInstance.from_config(str(home)).dispose()
     port = free_port()
     log = open(tmp_path / "dagster.log", "w")
     daemon = start([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], env, log)
