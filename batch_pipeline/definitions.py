@@ -5,6 +5,9 @@ import os
 from dagster import Definitions, EnvVar
 
 from batch_pipeline.alerts.sensors import check_failure_alert, run_failure_alert
+from batch_pipeline.fast_lane.assets import fast_heal
+from batch_pipeline.fast_lane.jobs import fast_heal_job
+from batch_pipeline.fast_lane.sensors import fast_heal_sensor
 from batch_pipeline.operations.run_retention import build_run_retention_job, run_retention_days, run_retention_schedule
 from batch_pipeline.recovery.assets import recovery_assets
 from batch_pipeline.recovery.jobs import recovery_job
@@ -47,11 +50,12 @@ def build_definitions() -> Definitions:
     keep_days = run_retention_days()
     run_retention_job = build_run_retention_job(keep_days)
     return Definitions(
-        assets=[*recovery_assets, til_asset(days)],
+        assets=[*recovery_assets, fast_heal, til_asset(days)],
         asset_checks=[til_coverage],  # the recovery assets carry their checks themselves
-        jobs=[recovery_job, til_job, til_checks_job, run_retention_job],
+        jobs=[recovery_job, fast_heal_job, til_job, til_checks_job, run_retention_job],
         schedules=[recovery_schedule(timezone), til_schedule(til_job), run_retention_schedule(run_retention_job, keep_days, timezone)],
         sensors=[
+            fast_heal_sensor,
             til_checks_after_run(til_job, til_checks_job),
             run_failure_alert,
             check_failure_alert([recovery_job, til_checks_job]),

@@ -2,7 +2,7 @@
 
 Checks the connection, every table and column the pipeline needs, the recommended indexes,
 the clock skew between this server and the database, the dispatcher and the time zone. Prints
-what is wrong and how to fix it; ready (exit 0) only when nothing is.
+what is wrong and how to fix it; ready (exit 0) when nothing but warnings is.
 """
 
 import os
@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 
+from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from batch_pipeline.san.database import (
@@ -32,6 +33,29 @@ class Finding:
     warning: bool = False  # worth fixing, but the pipeline is ready without it
 
 
+# What the driver says -> the fix to print (the first that matches).
+CONNECTION_FIXES = (
+    ("not a valid SQLAlchemy URL", "write SAN_DATABASE_URL as postgresql+psycopg://user:password@host:5432/dbname"),
+    ("names the '", "batch_pipeline runs on PostgreSQL (or the SQLite demo): point SAN_DATABASE_URL at SAN's PostgreSQL"),
+    ("password authentication failed", "fix the user or password in SAN_DATABASE_URL (or the server's pg_hba.conf)"),
+    ("no password supplied", "add the password to SAN_DATABASE_URL (user:password@host)"),
+    ("does not exist", "fix the database name at the end of SAN_DATABASE_URL (or the role name, if that is the one missing)"),
+    ("could not translate host name", "fix the host in SAN_DATABASE_URL: it does not resolve"),
+    ("Name or service not known", "fix the host in SAN_DATABASE_URL: it does not resolve"),
+    ("Connection refused", "start the server, or fix the host and port in SAN_DATABASE_URL: nothing listens there"),
+    ("timeout expired", "the server did not answer within 10 s: check the host, the port and any firewall in between"),
+    ("SSL", "set sslmode in SAN_DATABASE_URL as the server requires (e.g. ?sslmode=require)"),
+    ("no pg_hba.conf entry", "the server refuses this client: add it to pg_hba.conf, or connect with SSL (?sslmode=require)"),
+)
+
+
+def connection_fix(message: str) -> str:
+    for symptom, fix in CONNECTION_FIXES:
+        if symptom.lower() in message.lower():
+            return fix
+    return "check SAN_DATABASE_URL, the server and the credentials"
+
+
 def diagnose(database_url: str) -> list[Finding]:
     findings: list[Finding] = []
     try:
@@ -42,7 +66,7 @@ def diagnose(database_url: str) -> list[Finding]:
         engine = create_san_engine(database_url)
         check_connection(engine)
     except SanConnectionError as error:
-        findings.append(Finding(False, str(error), "check SAN_DATABASE_URL, the server and the credentials"))
+        findings.append(Finding(False, str(error), connection_fix(str(error))))
         return findings
     findings.append(Finding(True, f"connected to {redacted(engine.url)}"))
     try:
@@ -64,14 +88,17 @@ def diagnose_connected(engine, findings: list[Finding]) -> None:
         except SanSchemaError as error:
             findings.append(Finding(False, str(error), "point SAN_DATABASE_URL at the SAN database"))
             return
+        findings.extend(privilege_findings(conn))
         advice = index_advice(conn)
         if advice.missing:
-            small_demo = conn.dialect.name != "postgresql"  # the embedded SQLite demo is fine without
+            invalid = f" (INVALID, left by an interrupted build: {', '.join(advice.invalid)})" if advice.invalid else ""
             findings.append(Finding(
-                small_demo,
-                "missing recommended indexes: " + ", ".join(ix.name for ix in advice.missing),
+                True,
+                "missing recommended indexes: " + ", ".join(ix.name for ix in advice.missing) + invalid
+                + ". Ready without them, but detection then reads whole tables (slow at SAN's size: "
+                "docs/benchmarks.md) and the fast lane stays off",
                 "run `python -m batch_pipeline create-indexes`, or:\n      " + ";\n      ".join(advice.create_with) + ";",
-                warning=small_demo,
+                warning=True,
             ))
         else:
             findings.append(Finding(True, "recommended indexes present"))
@@ -104,12 +131,43 @@ def diagnose_connected(engine, findings: list[Finding]) -> None:
                                     "start Redis or fix SAN_REDIS_URL (jobs are still created, only not announced)"))
 
 
+# What the pipeline does to each table (the README's list): (table, privilege).
+REQUIRED_PRIVILEGES = (
+    *(("users", "SELECT"), ("scraps", "SELECT"), ("knowledge_cards", "SELECT")),
+    ("jobs", "SELECT"), ("jobs", "INSERT"), ("jobs", "UPDATE"),
+    ("daily_summaries", "SELECT"), ("daily_summaries", "INSERT"),
+)
+
+
+def privilege_findings(conn) -> list[Finding]:
+    """On PostgreSQL: whether this role may do what the pipeline does (a SELECT-only role would
+    pass every other check and fail the first write)."""
+    if conn.dialect.name != "postgresql":
+        return []
+    missing = [f"{action} on {table}" for table, action in REQUIRED_PRIVILEGES
+               if not conn.execute(text("SELECT has_table_privilege(:table, :action)"),
+                                   {"table": table, "action": action}).scalar_one()]
+    for table in ("jobs", "daily_summaries"):  # the id defaults of the rows it inserts
+        sequence = conn.execute(text("SELECT pg_get_serial_sequence(:table, 'id')"), {"table": table}).scalar_one()
+        if sequence and not conn.execute(text("SELECT has_sequence_privilege(:sequence, 'USAGE')"),
+                                         {"sequence": sequence}).scalar_one():
+            missing.append(f"USAGE on sequence {sequence}")
+    if not missing:
+        return [Finding(True, "this role may read the SAN tables, write jobs and daily_summaries")]
+    role = conn.execute(text("SELECT current_user")).scalar_one()
+    return [Finding(False, f"role {role} lacks: {', '.join(missing)}",
+                    "GRANT them (e.g. GRANT SELECT, INSERT, UPDATE ON jobs TO " + role + "), then run doctor again")]
+
+
 def run_doctor(database_url: str, out: Callable[[str], None] = print) -> int:
+    """Exit 0 when ready (warnings included: the pipeline works, a warning says what is worth
+    fixing), 1 when not."""
     findings = diagnose(database_url)
     for finding in findings:
         out(f"{'BAD' if not finding.ok else 'warn' if finding.warning else 'ok '}  {finding.what}")
         if finding.fix:
             out(f"     fix: {finding.fix}")
     ready = all(f.ok for f in findings)
-    out("ready" if ready else "not ready")
+    warnings = sum(f.warning for f in findings)
+    out(("ready" + (f", with {warnings} warning(s)" if warnings else "")) if ready else "not ready")
     return 0 if ready else 1

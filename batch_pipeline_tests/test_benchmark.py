@@ -21,7 +21,7 @@ def test_benchmark_runs_and_pipeline_matches_the_baseline():
         assert figures.rows[f"pipeline {area}"] == figures.rows[f"baseline {area}"] > 0
     assert figures.rows["pipeline til jobs"] == figures.rows["baseline til jobs"] > 0
     # at this toy scale the fixed overhead can exceed a run, so a ratio may be negative
-    assert re.fullmatch(r"ratio recovery=-?\d+\.\d\d til=-?\d+\.\d\d overhead_s=\d+\.\d rss_mb=\d+", figures.summary_line())
+    assert re.fullmatch(r"ratio recovery=-?\d+\.\d\d til=-?\d+\.\d\d overhead_s=\d+\.\d rss_mb=\d+ probe_ms=\d+\.\d", figures.summary_line())
     text = "\n".join(lines)
     assert "Index Only Scan jobs(ix_san_jobs_target)" in text  # plans are reported with the indexes
     # the unknown-status check, run in every recovery run, reads its partial index (an index or
@@ -47,3 +47,18 @@ def test_only_indexed_skips_the_no_index_template_and_its_runs():
     assert "Index Only Scan scraps(ix_san_scraps_unrefined_by_id)" in write_plans["unrefined_scraps"]
     assert "Index Only Scan daily_summaries(ix_san_daily_summaries_unwritten_by_id)" in write_plans["unwritten_tils"]
     assert "Seq Scan" not in "".join(write_plans.values())
+
+
+def test_probe_only_prints_the_fast_lane_probe_and_its_plans():
+    lines = []
+    figures = run_benchmark(0.01, pg_admin_url(), repeats=1, out=lines.append,
+                            prefix=f"bp_bench_{uuid.uuid4().hex[:8]}", probe_only=True)
+    assert figures.summary_line() == f"probe_ms={figures.probe_ms:.1f}" and figures.probe_ms > 0
+    assert not figures.times  # no pipeline runs
+    probe_plans = [line for line in lines if "lane:" in line]
+    assert len(probe_plans) == 10, probe_plans  # unclaimed jobs + (failures, failed, never enqueued) per recovery
+    [unclaimed] = [line for line in probe_plans if "unclaimed PENDING jobs" in line]
+    assert "ix_san_jobs_active_created" in unclaimed and "Seq Scan" not in unclaimed, unclaimed
+    failed = [line for line in probe_plans if " recent failures " in line]
+    assert all("ix_san_jobs_failed_updated" in line for line in failed), failed
+    assert len([line for line in lines if "fast lane probe (one tick" in line]) == 1

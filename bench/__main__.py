@@ -7,7 +7,11 @@ one til_auto_generation_job partition through Dagster's execute_in_process), wit
 the recommended indexes. Prints medians, ratios, plan shapes, per-op timings, rows changed and
 peak RSS; the last line is machine-readable:
 
-    ratio recovery=X.XX til=Y.YY overhead_s=Z.Z rss_mb=N
+    ratio recovery=X.XX til=Y.YY overhead_s=Z.Z rss_mb=N probe_ms=P.P
+
+(probe_ms: one fast_heal_sensor tick's probe with the indexes.) `--probe-only` seeds, indexes
+and prints the plan shapes and the probe's figures, nothing else (scale 10 in a fraction of the
+full run's time); its last line is `probe_ms=P.P`.
 """
 
 import argparse
@@ -28,11 +32,13 @@ def main(argv=None) -> int:
     parser.add_argument("--only-indexed", action="store_true",
                         help="with the recommended indexes only: two database copies at once instead of three "
                         "(scale 10 needs ~2 x 27 GB then)")
+    parser.add_argument("--probe-only", action="store_true",
+                        help="only the plan shapes and the fast lane's probe, with the indexes")
     args = parser.parse_args(argv)
     if args.scale <= 0 or args.repeats < 1:
         parser.error("--scale must be > 0 and --repeats >= 1")
     result = run_benchmark(args.scale, args.database_url, repeats=args.repeats, keep=args.keep, out=print,
-                           only_indexed=args.only_indexed)
+                           only_indexed=args.only_indexed, probe_only=args.probe_only)
     print(result.summary_line())
     return 0
 

@@ -37,6 +37,7 @@ from batch_pipeline.san.schema import create_recommended_indexes
 from batch_pipeline.san.dialects.postgresql import enqueue_statement, prefer_the_indexes
 from batch_pipeline.til.auto_generation import day_bounds, users_of_day_query
 from bench import baseline
+from bench.probe import probe_figures
 from bench.seed import APP_DDL, Scale, seed
 
 DEFAULT_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -113,15 +114,18 @@ class Figures:
     overhead: dict = field(default_factory=dict)
     write_cost: dict = field(default_factory=dict)
     rss_mb: int = 0
+    probe_ms: float = 0.0  # one fast-lane tick's probe, with the indexes
 
     def ratio(self, job: str) -> float:
         pipeline = median(self.times[("idx", f"pipeline {job}")]) - self.overhead[job]
         return pipeline / median(self.times[("idx", f"baseline {job}")])
 
     def summary_line(self) -> str:
+        if not self.times:  # --probe-only
+            return f"probe_ms={self.probe_ms:.1f}"
         return (
             f"ratio recovery={self.ratio('recovery'):.2f} til={self.ratio('til'):.2f} "
-            f"overhead_s={max(self.overhead.values()):.1f} rss_mb={self.rss_mb}"
+            f"overhead_s={max(self.overhead.values()):.1f} rss_mb={self.rss_mb} probe_ms={self.probe_ms:.1f}"
         )
 
 
@@ -243,7 +247,7 @@ def write_batch_queries(conn: psycopg.Connection, url: str, now: datetime):
 
 def run_benchmark(scale_factor: float, server_url: str, repeats: int = 3, keep: bool = False,
                   out: Callable[[str], None] = print, prefix: str = DEFAULT_PREFIX,
-                  only_indexed: bool = False) -> Figures:
+                  only_indexed: bool = False, probe_only: bool = False) -> Figures:
     """`only_indexed`: seed straight into the indexed template and skip the no-index runs, so
     two copies of the database exist at once instead of three (scale 10 on a small disk)."""
     scale = Scale(scale_factor)
@@ -255,6 +259,7 @@ def run_benchmark(scale_factor: float, server_url: str, repeats: int = 3, keep: 
         f"TIL day {til_day}, {repeats} repeats")
 
     # Seed once, then two templates: the app's DDL as it is, and with the recommended indexes.
+    only_indexed = only_indexed or probe_only
     modes = ("idx",) if only_indexed else ("noidx", "idx")
     started = time.perf_counter()
     server.create(server.templates[modes[0]])
@@ -302,6 +307,9 @@ def run_benchmark(scale_factor: float, server_url: str, repeats: int = 3, keep: 
             if mode == "idx":
                 for name, sql, params in write_batch_queries(conn, run_url, now):
                     out(f"  {name:34s} {plan_shape(conn, sql, params)}")
+                figures.probe_ms = probe_figures(conn, run_url, now, plan_shape, out)
+        if probe_only:
+            continue
         cost = app_write_cost(server, template)
         figures.write_cost[mode] = cost
         out(f"  app job updates: {cost['updates']:,} single-row worker updates, {cost['ms_per_update']:.3f} ms each, "

@@ -17,11 +17,11 @@ from sqlalchemy import String, and_, case, cast, func, literal, or_, select, upd
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
-from batch_pipeline.recovery.plan import RecoveryPolicy, RecoveryReport, minutes, plan_recovery
+from batch_pipeline.recovery.plan import RecoveryPolicy, RecoveryReport, heal_ages, minutes, plan_recovery
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.enqueue import BatchWritten, JobSource, enqueue, run_in_batches
-from batch_pipeline.san.frames import INT, TEXT, UTC_DATETIME, FrameSchema
+from batch_pipeline.san.frames import INT, TEXT, UTC_DATETIME, FrameSchema, frame_instant
 from batch_pipeline.san.schema import ACTIVE_STATUSES, FAILED, PENDING, PROCESSING, jobs
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def is_stale(rule: GhostRule, table=jobs) -> ColumnElement:
 def detect_stale_jobs_query(rule: GhostRule):
     stale = select(
         jobs.c.id, jobs.c.job_type, jobs.c.target_id, jobs.c.status,
-        case((jobs.c.status == PENDING, jobs.c.created_at), else_=processing_since()).label("stale_since"),
+        frame_instant(case((jobs.c.status == PENDING, jobs.c.created_at), else_=processing_since())).label("stale_since"),
     ).where(is_stale(rule)).cte("stale")
     attempt = jobs.alias("attempt")
     # A join + GROUP BY rather than a correlated count: PostgreSQL hashes it when the recommended
@@ -119,7 +119,8 @@ def detect_ghost_jobs(conn: Connection, rule: GhostRule) -> pd.DataFrame:
 
 def _failure_message(conn: Connection, rule: GhostRule) -> ColumnElement:
     def message(status: str, since: ColumnElement, threshold: timedelta) -> ColumnElement:
-        minutes_stale = cast(dialect(conn).minutes_since(rule.now, since), String)
+        # clamped: '-infinity' (or year 1) cannot be subtracted from now in minutes
+        minutes_stale = cast(dialect(conn).minutes_since(rule.now, frame_instant(since)), String)
         return (
             literal(f"batch_pipeline ghost-job recovery: stale in {status} for ")
             + minutes_stale
@@ -233,6 +234,7 @@ def recover_ghost_jobs(
     report.enqueued = len(replacement_of)
     report.skipped_by_race = len(work) - len(closed_ids)
     closed = work[work["job_id"].isin(closed_ids)]
+    report.heal_ages_seconds = heal_ages(closed.loc[closed["job_id"].isin(replacement_of), "stale_since"], rule.now)
     report.recovered = [
         {
             "failed_job_id": job_id,

@@ -1,7 +1,7 @@
 """recovery_job: runRecovery() -- the run_recovery graph: every recovery of the registry, one
 after the other, each materializing its asset and evaluating its checks."""
 
-from dagster import AssetSelection, define_asset_job
+from dagster import AssetSelection, define_asset_job, in_process_executor
 
 from batch_pipeline.recovery.assets import run_recovery
 from batch_pipeline.recovery.registry import RECOVERIES
@@ -14,6 +14,9 @@ recovery_job = define_asset_job(
     "recovery_job",
     selection=AssetSelection.assets(run_recovery),
     tags=RECOVERY_TAGS,
+    # Its steps run one after the other anyway: in one process a run starts in seconds instead
+    # of a process (and a code load) per step (docs/benchmarks.md, "Launch to success").
+    executor_def=in_process_executor,
     description="Heal SAN's pipeline fragments, in this order: "
     + "; ".join(recovery.rule_text for recovery in RECOVERIES) + ".",
 )

@@ -57,6 +57,22 @@ def plan_recovery(candidates: pd.DataFrame, *, oldest_first_by: list[str], polic
     )
 
 
+def heal_ages(waiting_since: pd.Series, now) -> list[float]:
+    """Seconds from each `waiting_since` to `now` (in floats: a clamped year-1678 instant is more
+    nanoseconds ago than an int64 holds)."""
+    epoch_seconds = waiting_since.astype("int64") / 1e9
+    return (pd.Timestamp(now).value / 1e9 - epoch_seconds).round(1).tolist()
+
+
+def heal_age_metadata(ages: list[float]) -> dict:
+    """Median and max seconds waited by what a run healed; absent when it healed nothing, so
+    the UI's plot has no false zeros."""
+    if not ages:
+        return {}
+    series = pd.Series(ages)
+    return {"heal_age_median_seconds": round(float(series.median()), 1), "heal_age_max_seconds": float(series.max())}
+
+
 @dataclass
 class RecoveryReport:
     """What one recovery area did in one run: the audit trail's content."""
@@ -74,10 +90,14 @@ class RecoveryReport:
     recovered: list[dict] = field(default_factory=list)
     exhausted_ids: list[int] = field(default_factory=list)
     deferred_ids: list[int] = field(default_factory=list)
+    # How long each healed fragment had waited (seconds since its job was created or started,
+    # or its target last failed or was saved): the time to heal the UI plots run over run.
+    heal_ages_seconds: list[float] = field(default_factory=list)
 
     def metadata(self) -> dict:
         """Counts as numbers (plotted by the UI over time), ids as JSON lists."""
         return {
+            **heal_age_metadata(self.heal_ages_seconds),
             "detected": self.detected,
             "enqueued": self.enqueued,
             "exhausted": self.exhausted,

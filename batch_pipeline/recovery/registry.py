@@ -9,6 +9,7 @@ line here, its test file, a README row.
 
 from batch_pipeline.recovery.ghost_jobs import GHOST_JOB_RECOVERY
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
+from batch_pipeline.recovery.targets import TargetRecovery
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
 from batch_pipeline.recovery.unwritten_tils import UNWRITTEN_TILS
 
@@ -23,3 +24,5 @@ RECOVERIES = (
 
 AREAS = tuple(recovery.area for recovery in RECOVERIES)
 BY_AREA = {recovery.area: recovery for recovery in RECOVERIES}
+# The "target needs work + no active job" recoveries: the fast lane retries their targets.
+TARGET_RECOVERIES = tuple(recovery for recovery in RECOVERIES if isinstance(recovery, TargetRecovery))

@@ -20,11 +20,11 @@ from sqlalchemy import Table, and_, exists, func, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
-from batch_pipeline.recovery.plan import RecoveryPolicy, RecoveryReport, minutes, plan_recovery
+from batch_pipeline.recovery.plan import RecoveryPolicy, RecoveryReport, heal_ages, minutes, plan_recovery
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.enqueue import BatchWritten, Eligibility, EnqueueRequest, JobSource, enqueue, run_in_batches
-from batch_pipeline.san.frames import INT, UTC_DATETIME, FrameSchema
+from batch_pipeline.san.frames import INT, UTC_DATETIME, FrameSchema, frame_instant
 from batch_pipeline.san.schema import holds_its_target, jobs
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ class TargetRecovery:
 
     def __post_init__(self):
         columns = {self.id_key: INT, **{name: INT for name in self.carried_columns},
-                   self.grace_column: UTC_DATETIME, "attempts": INT}
+                   self.grace_column: UTC_DATETIME, "attempts": INT, "waiting_since": UTC_DATETIME}
         object.__setattr__(self, "frame", FrameSchema(self.frame_name, self.detect_description, columns))
 
     # -- descriptions, built from the declaration -------------------------------------------
@@ -117,7 +117,12 @@ def has_active_job(job_type: str, table: Table) -> ColumnElement:
     )
 
 
-def detect_query(recovery: TargetRecovery, created_before: datetime, created_since: datetime | None = None):
+def detect_query(recovery: TargetRecovery, created_before: datetime, created_since: datetime | None = None,
+                 among: ColumnElement | None = None):
+    """The targets that need the work and have no active job, with their attempts so far and
+    `waiting_since`: when the latest attempt ended, or the target's grace column if it had none
+    (what a healing run reports as the time the target waited). `among` narrows the targets
+    (the fast lane: those with a recent failure)."""
     # Targets with an active job belong to ghost-job recovery: this boundary keeps the two
     # recoveries from handling the same target twice. Targets younger than the grace period
     # may still be getting their job from the app.
@@ -127,17 +132,22 @@ def detect_query(recovery: TargetRecovery, created_before: datetime, created_sin
     needs_work = recovery.needs_work
     if created_since is not None:  # a look-back window: an index range instead of a full sweep
         window.append(grace >= created_since)
-        if recovery.needs_work_per_row is not None:
-            needs_work = recovery.needs_work_per_row
+    if among is not None:
+        window.append(among)
+    if (created_since is not None or among is not None) and recovery.needs_work_per_row is not None:
+        needs_work = recovery.needs_work_per_row
     candidates = (
-        select(table.c.id.label(recovery.id_key), *(table.c[name] for name in recovery.carried_columns), grace)
+        select(table.c.id.label(recovery.id_key), *(table.c[name] for name in recovery.carried_columns),
+               frame_instant(grace).label(recovery.grace_column))
         .where(needs_work, ~has_active_job(recovery.job_type, table), *window)
         .cte("candidates")
     )
     attempt = jobs.alias("attempt")
     target = candidates.c[recovery.id_key]
     return (
-        select(candidates, func.count(attempt.c.target_id).label("attempts"))
+        select(candidates, func.count(attempt.c.target_id).label("attempts"),
+               frame_instant(func.coalesce(func.max(attempt.c.updated_at), candidates.c[recovery.grace_column]))
+               .label("waiting_since"))
         .select_from(
             candidates.outerjoin(attempt, and_(attempt.c.target_id == target, attempt.c.job_type == recovery.job_type))
         )
@@ -205,6 +215,8 @@ def recover_targets(
     report.enqueued = len(created)
     report.skipped_by_race = len(to_enqueue) - len(created) - len(late_exhausted)
     report.recovered = [{key: job.target_id, "new_job_id": job.job_id} for job in created]
+    healed = candidates[candidates[key].isin([job.target_id for job in created])]
+    report.heal_ages_seconds = heal_ages(healed["waiting_since"], now)
     report.batches = batches.batches
     report.announce_failures = batches.announce_failures
     return report

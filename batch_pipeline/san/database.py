@@ -70,7 +70,8 @@ def redacted(url: str | URL) -> str:
 
 
 def parse_database_url(url: str) -> URL:
-    """Parse and normalise a SAN database URL; a plain postgresql:// URL uses psycopg 3."""
+    """Parse and normalise a SAN database URL: a plain postgresql:// URL, and the postgres://
+    many hosted databases hand out, use psycopg 3."""
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError) as error:
@@ -78,6 +79,8 @@ def parse_database_url(url: str) -> URL:
             f"SAN_DATABASE_URL is not a valid SQLAlchemy URL ({error}); expected e.g. "
             "postgresql+psycopg://user:password@host:5432/san or sqlite:///path/to/san.sqlite"
         ) from error
+    if parsed.get_backend_name() == "postgres":  # Heroku, Render, Supabase...: PostgreSQL by its old name
+        parsed = parsed.set(drivername="postgresql+" + parsed.get_driver_name() if "+" in parsed.drivername else "postgresql")
     backend = parsed.get_backend_name()
     if backend == "postgresql":
         if parsed.get_driver_name() in ("", "psycopg2"):

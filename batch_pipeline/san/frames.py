@@ -7,7 +7,16 @@ from dataclasses import dataclass
 import pandas as pd
 from dagster import BetaWarning, DagsterType
 from dagster_pandas import PandasColumn, create_dagster_pandas_dataframe_type
+from datetime import datetime, timezone
+
+from sqlalchemy import case, literal
 from sqlalchemy.engine import Result
+from sqlalchemy.sql.elements import ColumnElement
+
+# The instants a frame's datetime64[ns] column can hold. SAN's rows hold others (a worker's zero
+# time, year 1; '-infinity'; 1500-01-01) that SQL judges fine but pandas cannot represent.
+FRAME_MIN = datetime(1678, 1, 1, tzinfo=timezone.utc)
+FRAME_MAX = datetime(2262, 1, 1, tzinfo=timezone.utc)
 
 INT = "int64"
 TEXT = "object"
@@ -18,6 +27,16 @@ _COLUMN_CHECKS = {
     TEXT: lambda name: PandasColumn.string_column(name, non_nullable=True),
     UTC_DATETIME: lambda name: PandasColumn.datetime_column(name, non_nullable=True, tz="UTC"),
 }
+
+
+def frame_instant(column: ColumnElement) -> ColumnElement:
+    """`column` as a detection selects it into a frame: clamped to what a frame can hold, so one
+    row with an out-of-range timestamp cannot stop detection (the row is judged by SQL on its
+    real value; only the copy in the frame is clamped)."""
+    from batch_pipeline.san.schema import Timestamp  # schema imports nothing of this module's
+
+    low, high = literal(FRAME_MIN, Timestamp), literal(FRAME_MAX, Timestamp)
+    return case((column < low, low), (column > high, high), else_=column)
 
 
 @dataclass(frozen=True)

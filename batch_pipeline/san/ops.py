@@ -23,9 +23,11 @@ DATABASE_RETRY = RetryPolicy(max_retries=2, delay=3, backoff=Backoff.EXPONENTIAL
 
 # PostgreSQL errors a retry can cure: connection exceptions (08), insufficient resources (53),
 # operator intervention (57: admin shutdown, statement timeout), transaction rollback (40:
-# serialization failure, deadlock), and lock_not_available (a lock_timeout).
+# serialization failure, deadlock), and lock_not_available (a lock_timeout, 55P03).
 TRANSIENT_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57"})
-TRANSIENT_SQLSTATES = frozenset({"55P03"})
+# A foreign-key violation (23503) too: the only one a write can meet is a row the app deleted while the
+# statement ran (a user, during the TIL's insert); the retry re-checks and skips it.
+TRANSIENT_SQLSTATES = frozenset({"55P03", "23503"})
 TRANSIENT_SQLITE_ERRORS = frozenset({"SQLITE_BUSY", "SQLITE_LOCKED"})
 
 

@@ -132,6 +132,13 @@ RECOMMENDED_INDEXES = (
         sqlite="jobs (created_at) WHERE status IN ('PENDING', 'PROCESSING')",
     ),
     RecommendedIndex(
+        name="ix_san_jobs_failed_updated",
+        table="jobs",
+        why="the fast lane's probe reads only the last hours' failed jobs, not every failure ever",
+        postgresql="jobs (updated_at) INCLUDE (job_type, target_id) WHERE status = 'FAILED'",
+        sqlite="jobs (updated_at, job_type, target_id) WHERE status = 'FAILED'",
+    ),
+    RecommendedIndex(
         name="ix_san_scraps_created_at",
         table="scraps",
         why="TIL detection reads one day of scraps by a created_at range",
@@ -194,26 +201,14 @@ def index_statements(dialect_name: str) -> list[str]:
     return recommended_index_statements(dialect_name) + superseded_index_statements(dialect_name, SUPERSEDED_INDEXES)
 
 
-def create_recommended_indexes(engine: Engine) -> list[str]:
-    """Run `index_statements`; safe to run again. Returns the statements it ran."""
-    statements = index_statements(engine.dialect.name)
-    if engine.dialect.name == "postgresql":  # CONCURRENTLY cannot run inside a transaction
-        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            for statement in statements:
-                conn.execute(text(statement))
-    else:
-        with engine.begin() as conn:
-            for statement in statements:
-                conn.execute(text(statement))
-    return statements
-
-
 @dataclass(frozen=True)
 class IndexAdvice:
-    """What `doctor` and the recovery_indexes check report: the recommended indexes missing and
-    the superseded ones present, each with the statements that fix them."""
+    """What `doctor`, `create-indexes` and the recovery_indexes check report: the recommended
+    indexes missing (an INVALID one counts as missing: the planner never uses it), and the
+    superseded ones present, each with the statements that fix them."""
 
     missing: list[RecommendedIndex]
+    invalid: list[str]  # of `missing`, those in the catalog but INVALID (rebuilt: dropped, then created)
     create_with: list[str]
     superseded: list[str]
     drop_with: list[str]
@@ -221,22 +216,79 @@ class IndexAdvice:
 
 def index_advice(conn: Connection) -> IndexAdvice:
     """Which recommended indexes the database lacks and which superseded ones it still has (by
-    name): one catalog inspection for both questions."""
+    name): one catalog inspection for both questions, one more for validity."""
+    from batch_pipeline.san.dialects import dialect  # the dialect modules import this one
+
     inspector = inspect(conn)
     present = {ix["name"] for table in {index.table for index in RECOMMENDED_INDEXES} for ix in inspector.get_indexes(table)}
-    missing = [index for index in RECOMMENDED_INDEXES if index.name not in present]
+    invalid = dialect(conn).invalid_indexes(conn, [index.name for index in RECOMMENDED_INDEXES if index.name in present])
+    missing = [index for index in RECOMMENDED_INDEXES if index.name not in present or index.name in invalid]
     superseded = [name for name in SUPERSEDED_INDEXES if name in present]
     return IndexAdvice(
         missing=missing,
-        create_with=recommended_index_statements(conn.dialect.name, missing),
+        invalid=invalid,
+        create_with=superseded_index_statements(conn.dialect.name, invalid)
+        + recommended_index_statements(conn.dialect.name, missing),
         superseded=superseded,
         drop_with=superseded_index_statements(conn.dialect.name, superseded),
     )
 
 
-def create_schema(engine: Engine) -> None:
-    """Create the SAN tables in an empty database (embedded default, demos, tests)."""
-    metadata.create_all(engine)
+@dataclass(frozen=True)
+class IndexChanges:
+    """What `create_recommended_indexes` did, by index name."""
+
+    created: list[str]
+    rebuilt: list[str]  # were INVALID
+    already_there: list[str]
+    dropped: list[str]  # superseded
+    statements: list[str]
+
+
+def create_recommended_indexes(engine: Engine) -> IndexChanges:
+    """Create the missing recommended indexes (rebuilding INVALID ones), then drop the superseded
+    ones; safe to run again. On PostgreSQL CONCURRENTLY (the app's writes go on), outside a
+    transaction, with statement_timeout off for this session: a role's timeout would cancel the
+    build of a big index half-way and leave it INVALID."""
+    from batch_pipeline.san.database import read_transaction  # it imports the dialects, which import this
+
+    with read_transaction(engine) as conn:  # the catalog reads, with the pipeline's bounded waits
+        advice = index_advice(conn)
+    statements = advice.create_with + advice.drop_with
+    if engine.dialect.name == "postgresql":
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("SET statement_timeout = 0"))
+            for statement in statements:
+                conn.execute(text(statement))
+    else:
+        with engine.begin() as conn:
+            for statement in statements:
+                conn.execute(text(statement))
+    missing = {index.name for index in advice.missing}
+    return IndexChanges(
+        created=[index.name for index in advice.missing if index.name not in advice.invalid],
+        rebuilt=list(advice.invalid),
+        already_there=[index.name for index in RECOMMENDED_INDEXES if index.name not in missing],
+        dropped=list(advice.superseded),
+        statements=statements,
+    )
+
+
+def create_schema(engine: Engine, add_missing_tables: bool = False) -> list[str]:
+    """Create the SAN tables in an empty database (embedded default, demos, tests); returns
+    the tables created. A database that already holds any SAN table is refused: a half-present
+    schema is a wrong URL or a broken SAN database, and an empty `jobs` created beside real
+    scraps would only hide that. `add_missing_tables` creates the missing ones anyway."""
+    with engine.connect() as conn:
+        present = [table.name for table in metadata.sorted_tables if inspect(conn).has_table(table.name)]
+    if present and not add_missing_tables:
+        raise SanSchemaError(
+            f"refusing to create the SAN tables: this database already holds {', '.join(present)}. create-schema is "
+            "for an empty database; check SAN_DATABASE_URL (a real SAN database needs no create-schema), or pass "
+            "--add-missing-tables to create only the missing ones")
+    missing = [table for table in metadata.sorted_tables if table.name not in present]
+    metadata.create_all(engine, tables=missing)
+    return [table.name for table in missing]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,11 +6,12 @@
   work       run reference workers for a while, with the workers' faults
   age        time travel: shift every timestamp back
   converge   the convergence experiment of docs/reliability.md, on a scratch PostgreSQL database
+  time-to-heal  the fast lane's experiment of docs/reliability.md: the real daemon, the real clock
   live       a living SAN (scraps arriving, workers failing, the clock running fast)
   ui         `make run`: the Dagster UI, on a living sandbox unless SAN_DATABASE_URL is set
              (`ui --still`: the embedded default without the living sandbox)
 
-Every command but `init`, `seed-demo`, `converge` and `ui` needs a sandbox database (made by init, or the
+Every command but `init`, `seed-demo`, `converge`, `time-to-heal` and `ui` needs a sandbox database (made by init, or the
 embedded default); the sandbox refuses a real SAN database.
 """
 
@@ -49,7 +50,8 @@ def add_fault_flags(parser: argparse.ArgumentParser, default: Faults) -> None:
 
 
 def faults_from(args) -> Faults:
-    return Faults(seed=args.seed, **{field: getattr(args, field) for field in FAULT_FLAGS})
+    return Faults(seed=args.seed, reannouncement_lost=getattr(args, "reannouncement_lost", None),
+                  **{field: getattr(args, field) for field in FAULT_FLAGS})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,6 +92,19 @@ def build_parser() -> argparse.ArgumentParser:
     converge.add_argument("--max-attempts", type=int, default=20)
     converge.add_argument("--dispatcher", default="pg_notify", choices=["pg_notify", "redis_stream"])
     add_fault_flags(converge, Faults.convergence_rates())
+    heal = commands.add_parser("time-to-heal", help="time to heal under the real daemon (PostgreSQL)")
+    heal.add_argument("--server-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
+                      help="a PostgreSQL server; the experiment creates and drops a database of its own there")
+    heal.add_argument("--save-minutes", type=float, default=10.0, help="how long the app keeps saving scraps")
+    heal.add_argument("--deadline-minutes", type=float, default=12.0, help="then at most this long for the heals")
+    heal.add_argument("--scraps-per-minute", type=float, default=20.0)
+    heal.add_argument("--grace-minutes", type=int, default=2, help="the lane's orphan_min_age_minutes")
+    from batch_pipeline.sandbox.time_to_heal import TIME_TO_HEAL_FAULTS
+
+    add_fault_flags(heal, TIME_TO_HEAL_FAULTS)
+    heal.add_argument("--reannouncement-lost", type=float, default=None,
+                      help="probability that a re-announcement is lost (default: as --event-lost, each drawn on its own; "
+                      "0: only the app's own announcement is ever lost)")
     live = with_url("live", "a living SAN, until Ctrl-C")
     live.add_argument("--tick-seconds", type=float, default=2.0)
     live.add_argument("--scraps-per-tick", type=int, default=2)
@@ -123,6 +138,8 @@ def run_command(args, faults: Faults | None) -> int:
 
     if args.command == "converge":
         return converge(args, faults)
+    if args.command == "time-to-heal":
+        return time_to_heal(args, faults)
     if args.command == "ui":
         return run_ui([a for a in args.dagster_args if a != "--"], live=not args.still)
     engine = create_san_engine(args.database_url)
@@ -185,6 +202,24 @@ def converge(args, faults: Faults) -> int:
           f"til_ai_failures={til.ai_failures} til_recovered={til.recovered} "
           f"seconds={result.seconds:.0f}")
     return 0 if result.converged else 1
+
+
+def time_to_heal(args, faults: Faults) -> int:
+    from batch_pipeline.sandbox.app_schema import init_sandbox
+    from batch_pipeline.sandbox.scratch import scratch_database
+    from batch_pipeline.sandbox.time_to_heal import ExperimentSettings, run_experiment
+
+    settings = ExperimentSettings(save_minutes=args.save_minutes, heal_deadline_minutes=args.deadline_minutes,
+                                  scraps_per_minute=args.scraps_per_minute, grace_minutes=args.grace_minutes,
+                                  faults=faults)
+    with scratch_database(args.server_url) as url:
+        engine = create_san_engine(url)
+        init_sandbox(engine)
+        figures = run_experiment(url, engine, settings, report=lambda line: print(line, flush=True))
+        engine.dispose()
+    print()
+    print(figures.report())
+    return 0 if figures.unhealed.empty and figures.max_active_per_target <= 1 else 1
 
 
 class Supervised:

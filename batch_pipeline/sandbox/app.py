@@ -33,6 +33,7 @@ class LoadReport:
     poison: int = 0
     jobs: int = 0
     poison_scrap_ids: list[int] = field(default_factory=list)
+    app_death_scrap_ids: list[int] = field(default_factory=list)
 
 
 def ensure_users(engine: Engine, count: int) -> list[int]:
@@ -73,6 +74,7 @@ def save_scraps(engine: Engine, dispatcher: Dispatcher, *, count: int, users: in
             report.poison_scrap_ids.append(scrap_id)
         if dies:
             report.app_deaths += 1
+            report.app_death_scrap_ids.append(scrap_id)
             continue
         with engine.begin() as conn:  # (2) its jobs, (3) the event
             created = [

@@ -6,7 +6,8 @@
 
 A lost event is a fault of the channel, so the worker applies it on receipt (ReferenceWorker.
 handle): a job whose event is lost is never picked up, polling included, and stays PENDING until
-ghost-job recovery replaces it with a new job, whose event is drawn afresh.
+the fast lane announces it again or ghost-job recovery replaces it with a new job; each
+announcement is drawn afresh.
 """
 
 import json

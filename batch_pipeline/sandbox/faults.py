@@ -23,6 +23,9 @@ class Faults(BaseModel):
     ai_fails: float = Field(0.0, ge=0.0, le=1.0, description="The AI call fails: the job ends FAILED.")
     poison: float = Field(0.0, ge=0.0, le=1.0, description="A saved scrap is poison: every AI call on it fails.")
     slow_worker: float = Field(0.0, ge=0.0, le=1.0, description="The worker finishes only after recovery has given up on the job.")
+    reannouncement_lost: float | None = Field(
+        None, ge=0.0, le=1.0, description="A re-announcement of a job (the fast lane's) is lost. Unset: as event_lost, "
+        "each announcement drawn on its own.")
     seed: int = Field(0, description="Same seed, same faults.")
 
     @classmethod
@@ -31,7 +34,14 @@ class Faults(BaseModel):
         return cls(event_lost=0.20, app_dies_before_enqueue=0.05, worker_dies_mid_job=0.10,
                    ai_fails=0.15, poison=0.01, slow_worker=0.05, seed=seed)
 
-    def happens(self, knob: str, key: int) -> bool:
+    def announcement_lost(self, job_id: int, delivery: int) -> bool:
+        """Whether the `delivery`-th announcement of a job (1: the app's) is lost."""
+        if delivery == 1:
+            return self.happens("event_lost", job_id)
+        knob = "event_lost" if self.reannouncement_lost is None else "reannouncement_lost"
+        return self.happens(knob, f"{job_id}:{delivery}")
+
+    def happens(self, knob: str, key: int | str) -> bool:
         """Whether fault `knob` strikes the thing identified by `key` (a job or scrap id)."""
         probability = getattr(self, knob)
         if probability <= 0.0:

@@ -109,6 +109,7 @@ class ReferenceWorker:
         self.engine, self.events, self.faults = engine, events, faults
         self.timezone = timezone or san_timezone_name()
         self.stats = WorkerStats()
+        self.deliveries: dict[int, int] = {}  # job id -> announcements heard
         self.slow_delay_s = 0.0  # drain() finishes slow jobs at its next call; run_for() sets a delay
         self._slow: deque[tuple[float, int, str, int]] = deque()  # (due, job_id, job_type, target_id)
 
@@ -151,7 +152,10 @@ class ReferenceWorker:
     # -- one job ----------------------------------------------------------------------------
     def handle(self, job_id: int, announced: bool = True) -> None:
         self.stats.heard += 1
-        if announced and self.faults.happens("event_lost", job_id):
+        # Each announcement of a job is drawn on its own (a re-announcement is the fast lane's).
+        if announced:
+            self.deliveries[job_id] = self.deliveries.get(job_id, 0) + 1
+        if announced and self.faults.announcement_lost(job_id, self.deliveries[job_id]):
             self.stats.lost_events += 1
             self.stats.lost_job_ids.append(job_id)
             return

@@ -25,7 +25,8 @@ from batch_pipeline.san.database import WriteLimits
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.enqueue import BatchWritten, JobSource, enqueue, run_in_batches
 from batch_pipeline.san.frames import INT, FrameSchema
-from batch_pipeline.san.schema import TIL_GENERATION, daily_summaries, knowledge_cards, scraps
+from batch_pipeline.san.dialects import dialect
+from batch_pipeline.san.schema import TIL_GENERATION, daily_summaries, knowledge_cards, scraps, users
 
 AREA = "til_auto_generation"
 
@@ -87,16 +88,35 @@ def summaries_source(user_ids: Sequence[int], day: date, run_started_at: datetim
                      target_column="id", creates_targets=True)
 
 
+def users_still_there(conn: Connection, user_ids: Sequence[int]) -> list[int]:
+    """Of these users, those that still exist: one the app deleted since detection is skipped
+    and reported, not left to fail the whole batch on the summary's foreign key. (Not locked: a
+    KEY SHARE lock per user would dirty every user row of the batch a second time, the foreign
+    key check locks them anyway; a delete committed within the insert statement itself still
+    fails its batch, which the step's retry then writes without that user.)"""
+    present = set(conn.execute(select(users.c.id).where(dialect(conn).id_in(users.c.id, list(user_ids)))).scalars())
+    return [user_id for user_id in user_ids if user_id in present]
+
+
+@dataclass(frozen=True)
+class TilBatch:
+    summaries: list[tuple[int, int]]  # (id, user_id)
+    jobs: list[NewJob]
+    users_gone: list[int]  # deleted by the app since detection: no summary
+
+
 def create_batch(
     conn: Connection, user_ids: Sequence[int], day: date, run_started_at: datetime, now: datetime,
     notify_channel: str | None = None,
-) -> BatchWritten[tuple[list[tuple[int, int]], list[NewJob]]]:
-    """One transaction: the summaries and their TIL_GENERATION jobs. The result: the new
-    summaries as (id, user_id), and their jobs."""
-    outcome = enqueue(conn, summaries_source(user_ids, day, run_started_at), now=now, max_attempts=0,
+) -> BatchWritten[TilBatch]:
+    """One transaction: the summaries and their TIL_GENERATION jobs, for the users still there."""
+    present = users_still_there(conn, user_ids)
+    outcome = enqueue(conn, summaries_source(present, day, run_started_at), now=now, max_attempts=0,
                       notify_channel=notify_channel)
     summaries = [(row["id"], row["user_id"]) for row in outcome.source_rows]
-    return outcome.as_batch((summaries, outcome.created))
+    kept = set(present)
+    gone = [user_id for user_id in user_ids if user_id not in kept]
+    return outcome.as_batch(TilBatch(summaries, outcome.created, gone))
 
 
 @dataclass
@@ -114,6 +134,7 @@ class TilReport:
     announce_failures: int = 0
     summary_ids: list[int] = field(default_factory=list)
     job_ids: list[int] = field(default_factory=list)
+    users_gone: list[int] = field(default_factory=list)  # deleted by the app between detection and write
 
     def metadata(self) -> dict:
         return {
@@ -124,7 +145,8 @@ class TilReport:
             "already_done_in_run": self.already_done_in_run,
             "announce_failures": self.announce_failures,
             "dry_run": self.dry_run,
-            **capped_ids(summary_ids=self.summary_ids, job_ids=self.job_ids),
+            "users_gone": len(self.users_gone),
+            **capped_ids(summary_ids=self.summary_ids, job_ids=self.job_ids, users_gone_ids=self.users_gone),
             # Every summary of this run, whatever the cap: target_date = day AND created_at = this.
             "summaries_created_at": self.run_started_at.isoformat(),
             "day_start_utc": self.day_start_utc.isoformat(),
@@ -170,8 +192,9 @@ def create_daily_tils(
         lambda conn, batch: create_batch(conn, batch, day, run_started_at, now, dispatcher.statement_channel),
         limits,
     )
-    report.summary_ids = [summary_id for summaries, _ in results for summary_id, _user in summaries]
-    report.job_ids = [job.job_id for _, created in results for job in created]
+    report.summary_ids = [summary_id for batch in results for summary_id, _user in batch.summaries]
+    report.job_ids = [job.job_id for batch in results for job in batch.jobs]
+    report.users_gone = [user_id for batch in results for user_id in batch.users_gone]
     report.summaries_created = len(report.summary_ids)
     report.jobs_created = len(report.job_ids)
     report.announce_failures = batches.announce_failures

@@ -332,3 +332,27 @@ def test_only_connection_level_and_contention_faults_count_as_transient():
     assert not is_transient(pg_error(OperationalError, "25006"))  # read-only transaction
     assert is_transient(ConnectionError("connection reset"))
     assert not is_transient(ValueError("a bug"))
+
+
+def test_rows_with_timestamps_pandas_cannot_hold_are_still_judged_and_healed(pg_db):
+    """A worker's zero time (year 1), '-infinity', 1500-01-01: SQL judges them (all very old),
+    and the frames hold them clamped, so one such row cannot stop the healer."""
+    from sqlalchemy import text
+
+    user = pg_db.user()
+    scraps = [pg_db.scrap(user, card=True) for _ in range(3)]
+    orphan = pg_db.scrap(user)
+    with pg_db.engine.begin() as conn:
+        conn.execute(text("UPDATE scraps SET created_at = '1500-01-01' WHERE id = :id"), {"id": orphan})
+    zero_time = pg_db.job(CARD_ANALYSIS, scraps[0], PROCESSING, created_at=pg_db.ago(hours=3), started_at=pg_db.ago(hours=2))
+    minus_infinity = pg_db.job(SCRAP_REFINE, scraps[1], PENDING)
+    long_ago = pg_db.job(CARD_ANALYSIS, scraps[2], PENDING)
+    with pg_db.engine.begin() as conn:
+        conn.execute(text("UPDATE jobs SET started_at = '0001-01-01 00:00:00+00' WHERE id = :id"), {"id": zero_time})
+        conn.execute(text("UPDATE jobs SET created_at = '-infinity' WHERE id = :id"), {"id": minus_infinity})
+        conn.execute(text("UPDATE jobs SET created_at = '1500-01-01' WHERE id = :id"), {"id": long_ago})
+    result, instance = run_recovery(pg_db)
+    assert result.success
+    ghosts = latest_metadata(instance, "ghost_job_recovery")
+    assert sorted(pair["failed_job_id"] for pair in ghosts["recovered"]) == sorted([zero_time, minus_infinity, long_ago])
+    assert [pair["scrap_id"] for pair in latest_metadata(instance, "orphan_scrap_recovery")["recovered"]] == [orphan]

@@ -27,6 +27,16 @@ def test_unsupported_database_is_named():
         create_san_engine("mysql://root@127.0.0.1/san")
 
 
+def test_a_postgres_url_as_hosted_databases_hand_it_out_connects_with_psycopg_3(pg_db):
+    hosted = pg_db.url.replace("postgresql+psycopg://", "postgres://", 1)
+    engine = create_san_engine(hosted)
+    assert engine.url.drivername == "postgresql+psycopg"
+    check_connection(engine)
+    with read_transaction(engine) as conn:
+        verify_schema(conn)
+    engine.dispose()
+
+
 def test_unreachable_server_is_named_without_the_password():
     engine = create_san_engine("postgresql+psycopg://san:secret@127.0.0.1:1/san")
     with pytest.raises(SanConnectionError) as error:

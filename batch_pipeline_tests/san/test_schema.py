@@ -24,8 +24,9 @@ def test_create_indexes_replaces_the_superseded_index_and_can_run_again(san_db):
         conn.execute(text(EARLIER_UNREFINED_INDEX))
     with san_db.engine.connect() as conn:
         assert index_advice(conn).superseded == ["ix_san_scraps_unrefined"]
-    ran = create_recommended_indexes(san_db.engine)
-    assert ran[-1].startswith("DROP INDEX") and ran[-1].endswith("IF EXISTS ix_san_scraps_unrefined")
+    changes = create_recommended_indexes(san_db.engine)
+    assert changes.statements[-1].startswith("DROP INDEX") and changes.statements[-1].endswith("IF EXISTS ix_san_scraps_unrefined")
+    assert changes.dropped == ["ix_san_scraps_unrefined"] and len(changes.created) == len(RECOMMENDED_INDEXES)
     names = index_names(san_db)
     assert {index.name for index in RECOMMENDED_INDEXES} <= names
     assert not set(SUPERSEDED_INDEXES) & names
@@ -37,8 +38,27 @@ def test_create_indexes_replaces_the_superseded_index_and_can_run_again(san_db):
 
 def test_recommended_indexes_are_idempotent(san_db):
     with san_db.engine.connect() as conn:
-        assert len(index_advice(conn).missing) == len(RECOMMENDED_INDEXES) == 6  # the app's DDL has none of them
+        assert len(index_advice(conn).missing) == len(RECOMMENDED_INDEXES) == 7  # the app's DDL has none of them
     create_recommended_indexes(san_db.engine)
-    create_recommended_indexes(san_db.engine)  # again: nothing happens
+    again = create_recommended_indexes(san_db.engine)  # again: nothing happens
+    assert again.statements == [] and again.created == [] and len(again.already_there) == len(RECOMMENDED_INDEXES)
     with san_db.engine.connect() as conn:
         assert index_advice(conn).missing == []
+
+
+def test_an_invalid_index_counts_as_missing_and_create_indexes_rebuilds_it(pg_db):
+    from batch_pipeline.san.dialects.postgresql import has_target_index
+
+    create_recommended_indexes(pg_db.engine)
+    with pg_db.engine.begin() as conn:  # what an interrupted CREATE INDEX CONCURRENTLY leaves behind
+        conn.execute(text("UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass('ix_san_jobs_target')"))
+    with pg_db.engine.connect() as conn:
+        advice = index_advice(conn)
+        assert [index.name for index in advice.missing] == ["ix_san_jobs_target"] and advice.invalid == ["ix_san_jobs_target"]
+        assert advice.create_with[0] == "DROP INDEX CONCURRENTLY IF EXISTS ix_san_jobs_target"
+        assert not has_target_index(conn)  # the enqueue path does not count on it either
+    changes = create_recommended_indexes(pg_db.engine)
+    assert changes.rebuilt == ["ix_san_jobs_target"] and changes.created == []
+    pg_db.engine.dispose()  # has_target_index is cached per connection (each run has its own engine)
+    with pg_db.engine.connect() as conn:
+        assert index_advice(conn).missing == [] and has_target_index(conn)

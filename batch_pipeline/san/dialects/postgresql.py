@@ -86,7 +86,7 @@ def prefer_the_indexes(index_names: Sequence[str]):
     in `index_names` exists (without them it would push the planner to read a whole table
     through some other index). For detection queries whose index plan the planner prices about
     even with a full scan at SAN's size."""
-    exist = " AND ".join(f"to_regclass('{name}') IS NOT NULL" for name in index_names)
+    exist = " AND ".join(_is_valid(name) for name in index_names)
     return text(f"SELECT set_config('enable_seqscan', 'off', true) WHERE {exist}")
 
 
@@ -95,14 +95,40 @@ def prefer_index_plans(conn: Connection, index_names: Sequence[str]) -> None:
         conn.execute(prefer_the_indexes(index_names))
 
 
+def _indexes_where(conn: Connection, index_names: Sequence[str], condition: str) -> list[str]:
+    """The names of `index_names` (in their order) for which `condition` holds, `name` bound."""
+    return list(conn.execute(
+        text("SELECT name FROM unnest(CAST(:names AS text[])) WITH ORDINALITY AS n(name, position) "
+             f"WHERE {condition} ORDER BY position"),
+        {"names": list(index_names)},
+    ).scalars())
+
+
+def missing_valid_indexes(conn: Connection, index_names: Sequence[str]) -> list[str]:
+    """Which of these indexes do not exist or are INVALID (what an interrupted CREATE INDEX
+    CONCURRENTLY leaves: present in the catalog, never used by the planner)."""
+    return _indexes_where(conn, index_names,
+                          "NOT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(name) AND indisvalid)")
+
+
+def invalid_indexes(conn: Connection, index_names: Sequence[str]) -> list[str]:
+    """Which of these indexes exist but are INVALID."""
+    return _indexes_where(conn, index_names,
+                          "EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(name) AND NOT indisvalid)")
+
+
+def _is_valid(name: str) -> str:
+    return f"EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass('{name}') AND indisvalid)"
+
+
 def has_target_index(conn: Connection) -> bool:
-    """Whether ix_san_jobs_target exists (cached per database connection). The fused statement
+    """Whether ix_san_jobs_target exists and is valid (cached per database connection). The fused statement
     probes it per target; without it that statement would scan the whole jobs table once per
     batch with no parallel workers (a data-modifying statement gets none), so the portable count
     query + insert is the faster path there."""
     if "batch_pipeline.has_target_index" not in conn.info:
         conn.info["batch_pipeline.has_target_index"] = conn.execute(
-            text("SELECT to_regclass('ix_san_jobs_target') IS NOT NULL")
+            text(f"SELECT {_is_valid('ix_san_jobs_target')}")
         ).scalar_one()
     return conn.info["batch_pipeline.has_target_index"]
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Integer, Table, cast, event, func, insert, literal
+from sqlalchemy import Integer, Table, cast, event, func, insert, literal, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -52,6 +52,16 @@ def take_write_lock(conn: Connection) -> None:
 
 def prefer_index_plans(conn: Connection, index_names: Sequence[str]) -> None:
     """SQLite's planner has no such setting."""
+
+
+def missing_valid_indexes(conn: Connection, index_names: Sequence[str]) -> list[str]:
+    """Which of these indexes do not exist (SQLite has no invalid indexes)."""
+    present = set(conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'index'")).scalars())
+    return [name for name in index_names if name not in present]
+
+
+def invalid_indexes(conn: Connection, index_names: Sequence[str]) -> list[str]:
+    return []
 
 
 def can_fuse(conn: Connection, source) -> bool:

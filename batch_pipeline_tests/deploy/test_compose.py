@@ -1,0 +1,37 @@
+"""deploy/docker-compose.yml and deploy/dagster.compose.yaml, read as the tools read them:
+who can reach what, the project's run queue, nothing secret inside."""
+
+from pathlib import Path
+
+import yaml
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def load(name):
+    return yaml.safe_load((DEPLOY / name).read_text())
+
+
+def test_only_the_webserver_is_published_and_only_on_loopback():
+    services = load("docker-compose.yml")["services"]
+    published = {name: service["ports"] for name, service in services.items() if service.get("ports")}
+    assert published == {"webserver": ["127.0.0.1:3000:3000"]}  # the code server's gRPC port never is
+
+
+def test_the_compose_instance_has_the_run_queue_monitoring_and_the_docker_run_launcher():
+    instance, production = load("dagster.compose.yaml"), load("dagster.prod.yaml")
+    assert instance["concurrency"] == production["concurrency"]
+    assert instance["run_monitoring"] == production["run_monitoring"]
+    assert instance["storage"] == production["storage"]
+    assert (instance["run_launcher"]["module"], instance["run_launcher"]["class"]) == ("dagster_docker", "DockerRunLauncher")
+    # every SAN setting the code reads reaches each run's container
+    passed_on = set(instance["run_launcher"]["config"]["env_vars"])
+    assert {"SAN_DATABASE_URL", "SAN_JOB_DISPATCHER", "DAGSTER_PG_PASSWORD"} <= passed_on
+
+
+def test_no_secret_is_written_into_the_deployment_files():
+    compose = (DEPLOY / "docker-compose.yml").read_text()
+    assert "${SAN_DATABASE_URL:?" in compose and "${DAGSTER_PG_PASSWORD:?" in compose  # from the environment only
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    assert "SAN_DATABASE_URL" not in dockerfile.split("# The same image")[1]
+    assert "USER dagster" in dockerfile

@@ -1,0 +1,168 @@
+"""deploy/Dockerfile for real: the image is built (from a wheelhouse, on a base image made from
+Debian's packages where no registry is reachable), its code server runs in a container, the
+webserver and the daemon (host processes, deploy/dagster.compose.yaml: Docker run launcher)
+launch recovery_job through the webserver's GraphQL API, and the run succeeds in a container of
+its own and records its materializations. Skipped only where Docker is truly absent."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from dagster import AssetKey, DagsterInstance
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from batch_pipeline.recovery.assets import recovery_run_config
+from batch_pipeline.san.database import create_san_engine
+from batch_pipeline.san.schema import CARD_ANALYSIS, FAILED, PENDING
+from batch_pipeline_tests.conftest import pg_admin_url
+from batch_pipeline_tests.operations.test_production_instance import BIN, ROOT, start, stop
+from batch_pipeline_tests.processes import free_port, serving, wait_for
+
+IMAGE = "batch-pipeline:test"
+# Where no registry is reachable, a base image from Debian's packages (bookworm: Python 3.11.2).
+LOCAL_BASE = "local/python:3.11"
+
+
+def docker(*args, check=True, timeout=600):
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, timeout=timeout)
+
+
+def docker_engine() -> str | None:
+    """Why Docker is unusable here, or None."""
+    if shutil.which("docker") is None:
+        return "no docker command on this machine"
+    info = subprocess.run(["docker", "info"], capture_output=True, text=True)
+    return None if info.returncode == 0 else f"no Docker engine answers: {info.stderr.strip()[:200]}"
+
+
+def base_image(tmp_path) -> str:
+    """BATCH_PIPELINE_BASE_IMAGE, else an already imported local base, else one made now."""
+    if os.environ.get("BATCH_PIPELINE_BASE_IMAGE"):
+        return os.environ["BATCH_PIPELINE_BASE_IMAGE"]
+    if docker("image", "inspect", LOCAL_BASE, check=False).returncode == 0:
+        return LOCAL_BASE
+    if shutil.which("debootstrap") is None:
+        pytest.skip("no base image: set BATCH_PIPELINE_BASE_IMAGE or install debootstrap")
+    rootfs = tmp_path / "rootfs"
+    subprocess.run(["debootstrap", "--variant=minbase", "--include=python3,python3-venv,ca-certificates", "bookworm",
+                    str(rootfs)], check=True, capture_output=True, timeout=900)
+    tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+    subprocess.run(["docker", "import", "-", LOCAL_BASE], stdin=tar.stdout, check=True, capture_output=True)
+    tar.wait()
+    return LOCAL_BASE
+
+
+def build_image(tmp_path) -> None:
+    wheels = ROOT / "deploy" / "wheels"
+    shutil.rmtree(wheels, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(wheels), f"{ROOT}[deploy]", "async-timeout"],
+                   check=True, capture_output=True, timeout=900)
+    docker("build", "--network", "host", "-f", "deploy/Dockerfile", "--build-arg", f"BASE_IMAGE={base_image(tmp_path)}",
+           "-t", IMAGE, str(ROOT), timeout=900)
+
+
+def reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def outside_address() -> str | None:
+    """An address of this host other than loopback, if it has one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: only the route is looked up
+            address = probe.getsockname()[0]
+        except OSError:
+            return None
+    return None if address.startswith("127.") else address
+
+
+def test_the_image_serves_the_code_location_and_each_run_gets_its_own_container(tmp_path, pg_db, monkeypatch):
+    if (why := docker_engine()) is not None:
+        pytest.skip(why)
+    build_image(tmp_path)
+    ghost = pg_db.job(CARD_ANALYSIS, pg_db.scrap(pg_db.user()), PENDING, created_at=pg_db.ago(hours=1))
+    admin = create_san_engine(pg_admin_url()).execution_options(isolation_level="AUTOCOMMIT")
+    storage_db = f"bp_dagster_{uuid.uuid4().hex[:10]}"
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {storage_db}"))
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / "deploy" / "dagster.compose.yaml", home / "dagster.yaml")
+    server = make_url(pg_admin_url())
+    grpc_port, web_port = free_port(), free_port()
+    settings = {  # no bridge network on this machine: every container shares the host's
+        "DAGSTER_PG_HOST": server.host or "127.0.0.1", "DAGSTER_PG_PORT": str(server.port or 5432),
+        "DAGSTER_PG_USER": server.username or "postgres", "DAGSTER_PG_PASSWORD": server.password or "unused",
+        "DAGSTER_PG_DB": storage_db, "DAGSTER_CODE_SERVER_HOST": "127.0.0.1", "DAGSTER_CODE_SERVER_PORT": str(grpc_port),
+        "BATCH_PIPELINE_IMAGE": IMAGE, "DAGSTER_RUN_NETWORK": "host",
+        "SAN_DATABASE_URL": pg_db.url, "SAN_JOB_DISPATCHER": "none",
+        # every variable the run launcher passes on must be set (docker-compose.yml sets them all)
+        "SAN_REDIS_URL": "redis://127.0.0.1:6379/0", "SAN_NOTIFY_CHANNEL": "san_jobs", "SAN_TIMEZONE": "Asia/Seoul",
+        "SAN_ALERT_WEBHOOK_URL": "", "SAN_DAGSTER_BASE_URL": f"http://127.0.0.1:{web_port}",
+    }
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+    DagsterInstance.from_config(str(home)).dispose()  # the storage schema, once
+    container = f"bp-code-server-{uuid.uuid4().hex[:8]}"
+    env_flags = [flag for name, value in settings.items() for flag in ("-e", f"{name}={value}")]
+    docker("run", "-d", "--name", container, "--network", "host", "-e", f"PORT={grpc_port}", "-e", "HOST=127.0.0.1",
+           *env_flags, IMAGE)
+    env = {**os.environ, **settings, "DAGSTER_HOME": str(home)}
+    workspace = str(ROOT / "deploy" / "workspace.yaml")
+    log = open(tmp_path / "dagster.log", "w")
+    webserver = start([str(BIN / "dagster-webserver"), "-w", workspace, "-h", "127.0.0.1", "-p", str(web_port)], env, log)
+    daemon = start([str(BIN / "dagster-daemon"), "run", "-w", workspace], env, log)
+    try:
+        wait_for(lambda: docker("inspect", "-f", "{{.State.Health.Status}}", container).stdout.strip() == "healthy",
+                 180, "the code server container to be healthy", every_s=3)
+        address = outside_address()
+        if address:  # listening on loopback only: not reachable from this host's other address
+            assert reachable("127.0.0.1", grpc_port) and not reachable(address, grpc_port)
+        wait_for(lambda: serving(f"http://127.0.0.1:{web_port}"), 180, "the webserver to serve")
+        from dagster_graphql import DagsterGraphQLClient
+
+        client = DagsterGraphQLClient("127.0.0.1", port_number=web_port)
+
+        def submitted():
+            try:
+                return client.submit_job_execution("recovery_job", repository_location_name="batch_pipeline",
+                                                   run_config=recovery_run_config({}))
+            except Exception:
+                return None
+
+        run_id = wait_for(submitted, 120, "the webserver to launch recovery_job")
+        deadline, status = time.monotonic() + 300, None
+        while time.monotonic() < deadline:
+            status = client.get_run_status(run_id).value
+            if status in ("SUCCESS", "FAILURE", "CANCELED"):
+                break
+            time.sleep(3)
+        assert status == "SUCCESS", (tmp_path / "dagster.log").read_text()[-3000:]
+        assert pg_db.get_job(ghost).status == FAILED
+        with DagsterInstance.from_config(str(home)) as instance:
+            run = instance.get_run_by_id(run_id)
+            run_container = run.tags.get("docker/container_id")
+            assert run_container, run.tags  # the Docker run launcher started it
+            assert docker("inspect", "-f", "{{.Config.Image}}", run_container).stdout.strip() == IMAGE
+            event = instance.get_latest_materialization_event(AssetKey("ghost_job_recovery"))
+            assert event is not None and event.run_id == run_id
+    finally:
+        stop(webserver)
+        stop(daemon)
+        log.close()
+        docker("rm", "-f", container, check=False)
+        for leftover in docker("ps", "-aq", "--filter", f"ancestor={IMAGE}", check=False).stdout.split():
+            docker("rm", "-f", leftover, check=False)
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {storage_db} WITH (FORCE)"))
+        admin.dispose()

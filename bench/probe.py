@@ -1,0 +1,71 @@
+"""The fast lane's probe at scale: the statements one fast_heal_sensor tick runs, their plans
+and their time, on a seeded database with the recommended indexes."""
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+import psycopg
+
+from batch_pipeline.fast_lane.rules import (
+    APP_DEATH_CATCH_UP, PROBE_INTERVAL, LaneSettings, LaneWindow, due_announcements_query, failed_targets_query, probe,
+    recent_failures,
+)
+from batch_pipeline.recovery.registry import TARGET_RECOVERIES
+from batch_pipeline.recovery.targets import detect_query
+from batch_pipeline.san.database import create_san_engine, read_transaction
+
+PROBE_REPEATS = 20
+
+
+def probe_queries(conn, now: datetime, settings: LaneSettings = LaneSettings()):
+    """(name, SQLAlchemy statement) of every statement of one probe (`conn`: the recent
+    failures are read first, as the probe does)."""
+    window = LaneWindow(since=now - PROBE_INTERVAL, until=now)
+    yield "lane: unclaimed PENDING jobs", due_announcements_query(window, settings.ages)
+    grace_ends = now - settings.orphan_min_age
+    for recovery in TARGET_RECOVERIES:
+        yield f"lane: {recovery.name} recent failures", recent_failures(recovery, now).distinct()
+        yield f"lane: {recovery.name} failed", failed_targets_query(conn, recovery, now)
+        yield (f"lane: {recovery.name} never enqueued", detect_query(
+            recovery, created_before=grace_ends, created_since=grace_ends - APP_DEATH_CATCH_UP))
+
+
+def database_ms(conn: psycopg.Connection, sql: str, params: dict) -> float:
+    """The server's own planning + execution time of one statement (EXPLAIN ANALYZE without
+    per-node timing, whose clock calls would inflate it)."""
+    [[plan]] = conn.execute("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + sql, params).fetchone()
+    return plan["Planning Time"] + plan["Execution Time"]
+
+
+def probe_figures(conn: psycopg.Connection, url: str, now: datetime, plan_shape: Callable, out,
+                  repeats: int = PROBE_REPEATS) -> float:
+    """Print each probe statement's plan; time whole probes, as database time (the server's
+    planning + execution, summed over the statements) and as this process's wall time (with
+    SQLAlchemy and pandas); return the median database time in ms."""
+    engine = create_san_engine(url)
+    try:
+        statements = []
+        with read_transaction(engine) as sa_conn:
+            queries = list(probe_queries(sa_conn, now))
+        for name, query in queries:
+            compiled = query.compile(dialect=engine.dialect, compile_kwargs={"render_postcompile": True})
+            statements.append((str(compiled), compiled.params))
+            out(f"  {name:34s} {plan_shape(conn, str(compiled), compiled.params)}")
+        in_database = sorted(sum(database_ms(conn, sql, params) for sql, params in statements)
+                             for _ in range(repeats + 1))[:-1]  # the slowest (the cold first one) dropped
+        wall, found = [], None
+        for _ in range(repeats + 1):  # the first one warms the connection pool
+            with read_transaction(engine) as sa_conn:
+                started = time.perf_counter()
+                found = probe(sa_conn, LaneWindow(since=now - PROBE_INTERVAL, until=now), LaneSettings(),
+                              TARGET_RECOVERIES)
+                wall.append((time.perf_counter() - started) * 1000)
+        wall = sorted(wall[1:])
+        median_ms = in_database[len(in_database) // 2]
+        out(f"  fast lane probe (one tick, {repeats} runs): database time median {median_ms:.1f} ms, max "
+            f"{in_database[-1]:.1f} ms; wall time in this process median {wall[len(wall) // 2]:.1f} ms; it found "
+            f"{found.announcements} jobs to re-announce, targets {found.retries}")
+        return median_ms
+    finally:
+        engine.dispose()
