@@ -280,15 +280,40 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
             sandbox = Supervised([sys.executable, "-m", "batch_pipeline.sandbox", "live"])
     else:
         print("SAN_DATABASE_URL is set: no sandbox, the UI works on that database", flush=True)
-    ui = subprocess.Popen(command)
+    # `dagster dev` in a process group of its own, so a stop reaches all of it (the webserver,
+    # the daemon, the code servers): SIGTERM (systemd, Docker, CI) as much as Ctrl-C.
+    ui = subprocess.Popen(command, start_new_session=True)
+
+    def stop_on(signum, _frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, stop_on)
     try:
         return ui.wait()
     except KeyboardInterrupt:
-        ui.send_signal(signal.SIGINT)
-        return ui.wait()
+        return stop_process_group(ui)
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if sandbox is not None:
             sandbox.stop()
+
+
+def stop_process_group(process: subprocess.Popen, grace_s: float = 30.0) -> int:
+    """SIGINT to the whole group (what Ctrl-C does in a terminal: dagster dev shuts its children
+    down), SIGKILL to what is left after `grace_s`; wait for the group's leader."""
+    try:
+        os.killpg(process.pid, signal.SIGINT)
+        return process.wait(grace_s)
+    except ProcessLookupError:
+        return process.wait()
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        return process.wait()
+    finally:
+        try:  # children that outlived their parent
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from dagster import AssetKey, DagsterInstance
 from dagster_graphql import DagsterGraphQLClient
 from sqlalchemy import func, select
@@ -78,3 +79,43 @@ def test_make_run_serves_the_ui_on_a_living_sandbox(tmp_path):
     with create_san_engine(f"sqlite:///{tmp_path / 'data' / 'san.sqlite'}").connect() as conn:
         assert conn.execute(select(func.count()).select_from(scraps)).scalar_one() == first
 
+
+
+def processes_of(home: Path) -> list[int]:
+    """Every live process started with this DAGSTER_HOME (dagster dev and all it started)."""
+    marker = f"DAGSTER_HOME={home}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "environ").read_bytes().split(b"\0") and (entry / "stat").read_text().split()[2] != "Z":
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_to_make_run_stops_dagster_dev_and_everything_it_started(tmp_path, stop_signal):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    env = {**os.environ, "DAGSTER_HOME": str(home), "SAN_DATA_DIR": str(tmp_path / "data")}
+    env.pop("SAN_DATABASE_URL", None)
+    port = free_port()
+    log = open(tmp_path / "ui.log", "w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "batch_pipeline.sandbox", "ui", "--still", "--", "-h", "127.0.0.1", "-p", str(port)],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for(lambda: serving(f"http://127.0.0.1:{port}"), 120, "the UI")
+        assert len(processes_of(home)) >= 3  # this command, dagster dev, the webserver, the daemon...
+        process.send_signal(stop_signal)  # to this process only, as systemd and Docker do
+        process.wait(60)
+        wait_for(lambda: not processes_of(home), 30, f"every process to exit after {stop_signal.name}", every_s=1)
+        assert not serving(f"http://127.0.0.1:{port}")
+    finally:
+        for pid in processes_of(home):
+            os.kill(pid, signal.SIGKILL)
+        log.close()
