@@ -39,14 +39,17 @@ def day_window(context: OpExecutionContext) -> tuple[datetime, datetime]:
 
 
 def run_started_at(context: OpExecutionContext) -> datetime:
-    """The start instant of the run's root run: stable across op retries and re-executions."""
+    """The start instant of the run's root run: stable across op retries and re-executions.
+
+    From the record's `start_time` (a POSIX timestamp from the run's start event), not its
+    `create_timestamp`: Dagster's run storage keeps that one as a naive timestamp in its
+    database's zone and reads it back as UTC, 9 h in the future on an instance in Asia/Seoul."""
     run: DagsterRun = context.run
     root_id = run.tags.get(ROOT_RUN_ID_TAG, run.run_id)
     record = context.instance.get_run_record_by_id(root_id)
-    instant = record.create_timestamp if record else utc_now()
-    if instant.tzinfo is None:
-        instant = instant.replace(tzinfo=timezone.utc)
-    return instant.astimezone(timezone.utc)
+    if record is not None and record.start_time is not None:
+        return datetime.fromtimestamp(record.start_time, tz=timezone.utc)
+    return utc_now()  # not started yet (cannot happen inside its own op): now, once
 
 
 @op(out=Out(UsersOfDayType), retry_policy=DATABASE_RETRY, description="Users with scraps on day D and how many have cards.")

@@ -227,3 +227,41 @@ def test_a_config_value_of_the_wrong_type_is_refused_before_the_run_starts(san_d
     with pytest.raises(DagsterInvalidConfigError, match=field):
         run_til(san_db, "2026-11-28", config={field: value})
     assert san_db.summaries() == [] and san_db.jobs() == []
+
+
+def test_summaries_are_stamped_with_the_true_instant_on_a_dagster_instance_in_seoul_time(pg_db, tmp_path):
+    """Dagster's run storage keeps naive timestamps of its database's zone: on an instance whose
+    PostgreSQL runs in Asia/Seoul, the run record's create_timestamp read as UTC is 9 h ahead."""
+    import uuid
+
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+
+    from batch_pipeline.san.database import create_san_engine
+    from batch_pipeline_tests.conftest import pg_admin_url
+
+    admin = create_san_engine(pg_admin_url()).execution_options(isolation_level="AUTOCOMMIT")
+    storage_db = f"bp_dagster_{uuid.uuid4().hex[:10]}"
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {storage_db}"))
+        conn.execute(text(f"ALTER DATABASE {storage_db} SET TimeZone = 'Asia/Seoul'"))
+    server = make_url(pg_admin_url())
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(
+        f"storage:\n  postgres:\n    postgres_url: postgresql://{server.username or 'postgres'}@{server.host or '127.0.0.1'}:"
+        f"{server.port or 5432}/{storage_db}\n")
+    try:
+        user = pg_db.user()
+        pg_db.scrap(user, created_at=at("2026-11-28", 9), card=True)
+        with DagsterInstance.from_config(str(home)) as instance:
+            result, _ = run_til(pg_db, "2026-11-28", instance=instance)
+            assert result.success
+            run_started = til_metadata(instance, "2026-11-28")["summaries_created_at"]
+        [summary] = pg_db.summaries()
+        skew = abs((summary.created_at - datetime.now(timezone.utc)).total_seconds())
+        assert skew < 120, (summary.created_at, run_started)  # not 9 h in the future
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {storage_db} WITH (FORCE)"))
+        admin.dispose()
