@@ -35,3 +35,26 @@ def test_no_secret_is_written_into_the_deployment_files():
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     assert "SAN_DATABASE_URL" not in dockerfile.split("# The same image")[1]
     assert "USER dagster" in dockerfile
+
+
+def test_docker_compose_accepts_the_file_and_refuses_to_start_without_the_secrets():
+    import os
+    import shutil
+    import subprocess
+
+    import pytest
+
+    compose = ["docker-compose"] if shutil.which("docker-compose") else None
+    if compose is None:
+        pytest.skip("no docker-compose on this machine (.ci/run installs Debian's)")
+    env = {**os.environ, "BATCH_PIPELINE_IMAGE": "batch-pipeline:test", "SAN_DATABASE_URL": "postgresql+psycopg://u@db/san",
+           "DAGSTER_PG_PASSWORD": "secret"}
+    config = subprocess.run([*compose, "-f", str(DEPLOY / "docker-compose.yml"), "config"], env=env,
+                            capture_output=True, text=True)
+    assert config.returncode == 0, config.stderr
+    rendered = yaml.safe_load(config.stdout)
+    assert rendered["services"]["daemon"]["environment"]["SAN_DATABASE_URL"] == "postgresql+psycopg://u@db/san"
+    env.pop("SAN_DATABASE_URL")
+    refused = subprocess.run([*compose, "-f", str(DEPLOY / "docker-compose.yml"), "config"], env=env,
+                             capture_output=True, text=True)
+    assert refused.returncode != 0 and "set SAN_DATABASE_URL" in refused.stderr
