@@ -10,7 +10,7 @@ from batch_pipeline.fast_lane.jobs import fast_heal_job
 from batch_pipeline.fast_lane.sensors import fast_heal_sensor
 from batch_pipeline.operations.run_retention import build_run_retention_job, run_retention_days, run_retention_schedule
 from batch_pipeline.recovery.assets import recovery_assets
-from batch_pipeline.recovery.freshness import recovery_freshness
+from batch_pipeline.recovery.freshness import RECOVERY_FRESHNESS_CHECKS, recovery_freshness
 from batch_pipeline.recovery.jobs import recovery_job
 from batch_pipeline.recovery.schedules import recovery_schedule
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
@@ -50,10 +50,10 @@ def build_definitions() -> Definitions:
     til_checks_job = build_til_checks_job(til_coverage)
     keep_days = run_retention_days()
     run_retention_job = build_run_retention_job(keep_days)
-    freshness_checks, freshness_job, freshness_schedule = recovery_freshness(timezone)
+    freshness_job, freshness_schedule = recovery_freshness(timezone)
     return Definitions(
         assets=[*recovery_assets, fast_heal, til_asset(days)],
-        asset_checks=[til_coverage, *freshness_checks],  # the recovery assets carry their other checks themselves
+        asset_checks=[til_coverage, *RECOVERY_FRESHNESS_CHECKS],  # the recovery assets carry their other checks themselves
         jobs=[recovery_job, fast_heal_job, til_job, til_checks_job, run_retention_job, freshness_job],
         schedules=[recovery_schedule(timezone), til_schedule(til_job), run_retention_schedule(run_retention_job, keep_days, timezone),
                    freshness_schedule],

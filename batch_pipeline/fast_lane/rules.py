@@ -205,7 +205,8 @@ def failed_targets_query(conn: Connection, recovery: TargetRecovery, now: dateti
     ids are read first (a range of ix_san_jobs_failed_updated) and then probed by id: as one
     semi-join, PostgreSQL read the recovery's whole partial index at scale 10 (200 ms a tick)."""
     failed_ids = list(conn.execute(recent_failures(recovery, now).distinct()).scalars())
-    return detect_query(recovery, created_before=now, among=dialect(conn).id_in(recovery.table.c.id, failed_ids))
+    return detect_query(recovery, created_before=now, among=dialect(conn).id_in(recovery.table.c.id, failed_ids),
+                        latest_attempt=True)
 
 
 def due_retries(conn: Connection, recovery: TargetRecovery, now: datetime, settings: LaneSettings) -> pd.DataFrame:

@@ -33,17 +33,23 @@ def stale_after() -> timedelta:
     return timedelta(hours=hours)
 
 
-def recovery_freshness(timezone: str):
-    """(the freshness checks, the job that evaluates them, its schedule)."""
+def freshness_checks():
+    """The freshness checks of the recovery assets (a window, no deadline: no time zone needed)."""
     # Superseded by FreshnessPolicy on the assets, whose state is not an asset check evaluation
     # in a run: asset_check_alert (and the assets' Checks tab) would not see it. This public
     # API does what the watchdog needs in Dagster 1.13.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        checks = build_last_update_freshness_checks(assets=list(AREAS), lower_bound_delta=stale_after(),
-                                                    timezone=timezone)
+        return build_last_update_freshness_checks(assets=list(AREAS), lower_bound_delta=stale_after())
+
+
+RECOVERY_FRESHNESS_CHECKS = freshness_checks()
+
+
+def recovery_freshness(timezone: str):
+    """(the job that evaluates the freshness checks, its schedule)."""
     job = define_asset_job(
-        "recovery_freshness_job", selection=AssetSelection.checks(*checks),
+        "recovery_freshness_job", selection=AssetSelection.checks(*RECOVERY_FRESHNESS_CHECKS),
         description="Evaluates the recovery assets' freshness checks (no recovery run for too long).",
     )
     schedule = ScheduleDefinition(
@@ -52,4 +58,4 @@ def recovery_freshness(timezone: str):
         description="The healer's watchdog: fails a freshness check when recovery_job has not materialized its "
         "assets for twice the recovery period (SAN_RECOVERY_FRESHNESS_HOURS, default 4).",
     )
-    return checks, job, schedule
+    return job, schedule

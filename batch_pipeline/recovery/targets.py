@@ -24,7 +24,8 @@ from batch_pipeline.recovery.plan import RecoveryPolicy, RecoveryReport, heal_ag
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.enqueue import BatchWritten, Eligibility, EnqueueRequest, JobSource, enqueue, run_in_batches
-from batch_pipeline.san.frames import INT, UTC_DATETIME, FrameSchema, frame_instant
+from batch_pipeline.san.database import WriteLimits, read_transaction
+from batch_pipeline.san.frames import FRAME_MIN, INT, UTC_DATETIME, FrameSchema, frame_instant
 from batch_pipeline.san.schema import holds_its_target, jobs
 
 if TYPE_CHECKING:
@@ -118,11 +119,13 @@ def has_active_job(job_type: str, table: Table) -> ColumnElement:
 
 
 def detect_query(recovery: TargetRecovery, created_before: datetime, created_since: datetime | None = None,
-                 among: ColumnElement | None = None):
+                 among: ColumnElement | None = None, latest_attempt: bool = False):
     """The targets that need the work and have no active job, with their attempts so far and
-    `waiting_since`: when the latest attempt ended, or the target's grace column if it had none
-    (what a healing run reports as the time the target waited). `among` narrows the targets
-    (the fast lane: those with a recent failure)."""
+    `waiting_since`: the target's grace column (saved at), or with `latest_attempt` when its
+    latest attempt ended if it had one. `among` narrows the targets (the fast lane: those with
+    a recent failure). `latest_attempt` reads each attempt's row (updated_at is not in
+    ix_san_jobs_target): the fast lane's few targets only; over a whole sweep PostgreSQL would
+    rather read every job (see `last_attempts_ended`)."""
     # Targets with an active job belong to ghost-job recovery: this boundary keeps the two
     # recoveries from handling the same target twice. Targets younger than the grace period
     # may still be getting their job from the app.
@@ -146,8 +149,8 @@ def detect_query(recovery: TargetRecovery, created_before: datetime, created_sin
     target = candidates.c[recovery.id_key]
     return (
         select(candidates, func.count(attempt.c.target_id).label("attempts"),
-               frame_instant(func.coalesce(func.max(attempt.c.updated_at), candidates.c[recovery.grace_column]))
-               .label("waiting_since"))
+               (frame_instant(func.coalesce(func.max(attempt.c.updated_at), candidates.c[recovery.grace_column]))
+                if latest_attempt else candidates.c[recovery.grace_column]).label("waiting_since"))
         .select_from(
             candidates.outerjoin(attempt, and_(attempt.c.target_id == target, attempt.c.job_type == recovery.job_type))
         )
@@ -172,6 +175,26 @@ def detect_targets(
         dialect(conn).prefer_index_plans(conn, recovery.full_sweep_prefers)  # transaction-local
     query = detect_query(recovery, created_before=now - min_age, created_since=since)
     return recovery.frame.from_rows(conn.execute(query))
+
+
+def last_attempts_ended(engine: Engine, recovery: TargetRecovery, healed: pd.DataFrame,
+                        limits: WriteLimits = WriteLimits()) -> pd.Series:
+    """For the targets just healed: when their latest earlier attempt ended (the new job left
+    out), else their `waiting_since`. One bounded lookup by id, for the audit's heal ages only."""
+    key = recovery.id_key
+    if healed.empty or not healed["attempts"].any():
+        return healed["waiting_since"]
+    with_attempts = healed.loc[healed["attempts"] > 0, key].tolist()
+    with read_transaction(engine, limits) as conn:
+        ended = dict(conn.execute(
+            select(jobs.c.target_id, func.max(jobs.c.updated_at))
+            .where(jobs.c.job_type == recovery.job_type, dialect(conn).id_in(jobs.c.target_id, with_attempts),
+                   ~holds_its_target(jobs.c.status))
+            .group_by(jobs.c.target_id)
+        ).all())
+    latest = pd.Series([ended.get(target) for target in healed[key].tolist()], index=healed.index, dtype=object)
+    latest = pd.to_datetime(latest.map(lambda value: value if value is not None else pd.NaT), utc=True, errors="coerce")
+    return latest.fillna(healed["waiting_since"]).clip(lower=pd.Timestamp(FRAME_MIN))
 
 
 def recover_targets(
@@ -216,7 +239,7 @@ def recover_targets(
     report.skipped_by_race = len(to_enqueue) - len(created) - len(late_exhausted)
     report.recovered = [{key: job.target_id, "new_job_id": job.job_id} for job in created]
     healed = candidates[candidates[key].isin([job.target_id for job in created])]
-    report.heal_ages_seconds = heal_ages(healed["waiting_since"], now)
+    report.heal_ages_seconds = heal_ages(last_attempts_ended(engine, recovery, healed, policy.limits), now)
     report.batches = batches.batches
     report.announce_failures = batches.announce_failures
     return report
