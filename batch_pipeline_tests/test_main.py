@@ -22,7 +22,7 @@ def test_create_indexes_on_a_table_without_a_column_is_one_line_naming_it_and_cr
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "jobs.updated_at" in err and "no index was created" in err
     with pg_db.engine.connect() as conn:
-        assert conn.execute(text("SELECT count(*) FROM pg_indexes WHERE indexname LIKE 'ix_san_%'")).scalar_one() == 0
+        assert conn.execute(text("SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname LIKE 'ix_san_%'")).scalar_one() == 0
 
 
 def test_create_indexes_under_a_short_role_statement_timeout_still_builds(pg_db, capsys):
@@ -34,7 +34,7 @@ def test_create_indexes_under_a_short_role_statement_timeout_still_builds(pg_db,
     assert "statement_timeout" in url
     assert main(["create-indexes", "--database-url", url]) == 0, capsys.readouterr().err
     with pg_db.engine.connect() as conn:
-        assert conn.execute(text("SELECT count(*) FROM pg_indexes WHERE indexname LIKE 'ix_san_%'")).scalar_one() == len(
+        assert conn.execute(text("SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname LIKE 'ix_san_%'")).scalar_one() == len(
             RECOMMENDED_INDEXES)
 
 
