@@ -231,3 +231,15 @@ class DiesOnBatch(Dispatcher):
         self.calls += 1
         if self.calls == self.n:
             raise RuntimeError("worker process killed")
+
+
+@pytest.fixture
+def dagster_pg_storage(monkeypatch):
+    """A PostgreSQL database for a Dagster instance's storage (dropped afterwards): its
+    DAGSTER_PG_* variables, also set in this process, which reads the same instance."""
+    from batch_pipeline_tests.processes import dagster_storage_database
+
+    with dagster_storage_database(pg_admin_url()) as storage:
+        for name, value in storage.items():
+            monkeypatch.setenv(name, value)
+        yield storage

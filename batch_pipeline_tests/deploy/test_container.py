@@ -9,20 +9,15 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
 from dagster import AssetKey, DagsterInstance
-from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
 from batch_pipeline.recovery.assets import recovery_run_config
-from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.schema import CARD_ANALYSIS, FAILED, PENDING
-from batch_pipeline_tests.conftest import pg_admin_url
 from batch_pipeline_tests.operations.test_production_instance import BIN, ROOT, start, stop
-from batch_pipeline_tests.processes import free_port, serving, wait_for
+from batch_pipeline_tests.processes import free_port, launch_through_webserver, serving, wait_for
 
 IMAGE = "batch-pipeline:test"
 # Where no registry is reachable, a base image from Debian's packages (bookworm: Python 3.11.2).
@@ -86,24 +81,17 @@ def outside_address() -> str | None:
     return None if address.startswith("127.") else address
 
 
-def test_the_image_serves_the_code_location_and_each_run_gets_its_own_container(tmp_path, pg_db, monkeypatch):
+def test_the_image_serves_the_code_location_and_each_run_gets_its_own_container(tmp_path, pg_db, dagster_pg_storage, monkeypatch):
     if (why := docker_engine()) is not None:
         pytest.skip(why)
     build_image(tmp_path)
     ghost = pg_db.job(CARD_ANALYSIS, pg_db.scrap(pg_db.user()), PENDING, created_at=pg_db.ago(hours=1))
-    admin = create_san_engine(pg_admin_url()).execution_options(isolation_level="AUTOCOMMIT")
-    storage_db = f"bp_dagster_{uuid.uuid4().hex[:10]}"
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {storage_db}"))
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(ROOT / "deploy" / "dagster.compose.yaml", home / "dagster.yaml")
-    server = make_url(pg_admin_url())
     grpc_port, web_port = free_port(), free_port()
     settings = {  # no bridge network on this machine: every container shares the host's
-        "DAGSTER_PG_HOST": server.host or "127.0.0.1", "DAGSTER_PG_PORT": str(server.port or 5432),
-        "DAGSTER_PG_USER": server.username or "postgres", "DAGSTER_PG_PASSWORD": server.password or "unused",
-        "DAGSTER_PG_DB": storage_db, "DAGSTER_CODE_SERVER_HOST": "127.0.0.1", "DAGSTER_CODE_SERVER_PORT": str(grpc_port),
+        **dagster_pg_storage, "DAGSTER_CODE_SERVER_HOST": "127.0.0.1", "DAGSTER_CODE_SERVER_PORT": str(grpc_port),
         "BATCH_PIPELINE_IMAGE": IMAGE, "DAGSTER_RUN_NETWORK": "host",
         "SAN_DATABASE_URL": pg_db.url, "SAN_JOB_DISPATCHER": "none",
         # every variable the run launcher passes on must be set (docker-compose.yml sets them all)
@@ -129,24 +117,7 @@ def test_the_image_serves_the_code_location_and_each_run_gets_its_own_container(
         if address:  # listening on loopback only: not reachable from this host's other address
             assert reachable("127.0.0.1", grpc_port) and not reachable(address, grpc_port)
         wait_for(lambda: serving(f"http://127.0.0.1:{web_port}"), 180, "the webserver to serve")
-        from dagster_graphql import DagsterGraphQLClient
-
-        client = DagsterGraphQLClient("127.0.0.1", port_number=web_port)
-
-        def submitted():
-            try:
-                return client.submit_job_execution("recovery_job", repository_location_name="batch_pipeline",
-                                                   run_config=recovery_run_config({}))
-            except Exception:
-                return None
-
-        run_id = wait_for(submitted, 120, "the webserver to launch recovery_job")
-        deadline, status = time.monotonic() + 300, None
-        while time.monotonic() < deadline:
-            status = client.get_run_status(run_id).value
-            if status in ("SUCCESS", "FAILURE", "CANCELED"):
-                break
-            time.sleep(3)
+        run_id, status = launch_through_webserver(web_port, "recovery_job", recovery_run_config({}))
         assert status == "SUCCESS", (tmp_path / "dagster.log").read_text()[-3000:]
         assert pg_db.get_job(ghost).status == FAILED
         with DagsterInstance.from_config(str(home)) as instance:
@@ -163,6 +134,3 @@ def test_the_image_serves_the_code_location_and_each_run_gets_its_own_container(
         docker("rm", "-f", container, check=False)
         for leftover in docker("ps", "-aq", "--filter", f"ancestor={IMAGE}", check=False).stdout.split():
             docker("rm", "-f", leftover, check=False)
-        with admin.connect() as conn:
-            conn.execute(text(f"DROP DATABASE IF EXISTS {storage_db} WITH (FORCE)"))
-        admin.dispose()

@@ -6,16 +6,11 @@ import shutil
 import signal
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
-from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
-from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.schema import CARD_ANALYSIS, FAILED, PENDING
-from batch_pipeline_tests.conftest import pg_admin_url
 from batch_pipeline_tests.processes import free_port, serving, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,28 +35,18 @@ def stop(process):
         os.killpg(process.pid, signal.SIGKILL)
 
 
-def test_a_scheduled_tick_launches_a_recovery_run_on_the_production_instance(tmp_path, pg_db, monkeypatch):
+def test_a_scheduled_tick_launches_a_recovery_run_on_the_production_instance(tmp_path, pg_db, dagster_pg_storage):
     ghost = pg_db.job(CARD_ANALYSIS, 1, PENDING, created_at=pg_db.ago(hours=1))
-    admin = create_san_engine(pg_admin_url()).execution_options(isolation_level="AUTOCOMMIT")
-    storage_db = f"bp_dagster_{uuid.uuid4().hex[:10]}"
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {storage_db}"))
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(ROOT / "deploy" / "dagster.prod.yaml", home / "dagster.yaml")
-    server = make_url(pg_admin_url())
     env = {
         **os.environ,
+        **dagster_pg_storage,
         "DAGSTER_HOME": str(home),
-        "DAGSTER_PG_HOST": server.host or "127.0.0.1", "DAGSTER_PG_PORT": str(server.port or 5432),
-        "DAGSTER_PG_USER": server.username or "postgres", "DAGSTER_PG_PASSWORD": server.password or "unused",
-        "DAGSTER_PG_DB": storage_db,
         "SAN_DATABASE_URL": pg_db.url, "SAN_JOB_DISPATCHER": "none",
         "SAN_RECOVERY_CRON": "* * * * *",  # a tick every minute instead of every 2 hours
     }
-    for name, value in env.items():  # this process reads the same instance to watch the runs
-        if name.startswith("DAGSTER_PG_"):
-            monkeypatch.setenv(name, value)
     # Create Dagster's storage schema once, before two processes race to create it on an empty
     # database (one of them failed here with 'type "run_tags" already exists').
     DagsterInstance.from_config(str(home)).dispose()
@@ -88,9 +73,6 @@ def test_a_scheduled_tick_launches_a_recovery_run_on_the_production_instance(tmp
         stop(webserver)
         stop(daemon)
         log.close()
-        with admin.connect() as conn:
-            conn.execute(text(f"DROP DATABASE IF EXISTS {storage_db} WITH (FORCE)"))
-        admin.dispose()
 
 
 def job_status(db, job_id):
