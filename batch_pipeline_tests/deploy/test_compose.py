@@ -50,11 +50,11 @@ def test_docker_compose_accepts_the_file_and_refuses_to_start_without_the_secret
     env = {**os.environ, "BATCH_PIPELINE_IMAGE": "batch-pipeline:test", "SAN_DATABASE_URL": "postgresql+psycopg://u@db/san",
            "DAGSTER_PG_PASSWORD": "secret"}
     config = subprocess.run([*compose, "-f", str(DEPLOY / "docker-compose.yml"), "config"], env=env,
-                            capture_output=True, text=True)
+                            capture_output=True, text=True, timeout=120)
     assert config.returncode == 0, config.stderr
     rendered = yaml.safe_load(config.stdout)
     assert rendered["services"]["daemon"]["environment"]["SAN_DATABASE_URL"] == "postgresql+psycopg://u@db/san"
     env.pop("SAN_DATABASE_URL")
     refused = subprocess.run([*compose, "-f", str(DEPLOY / "docker-compose.yml"), "config"], env=env,
-                             capture_output=True, text=True)
+                             capture_output=True, text=True, timeout=120)
     assert refused.returncode != 0 and "set SAN_DATABASE_URL" in refused.stderr

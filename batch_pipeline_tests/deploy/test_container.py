@@ -32,7 +32,10 @@ def docker_engine() -> str | None:
     """Why Docker is unusable here, or None."""
     if shutil.which("docker") is None:
         return "no docker command on this machine"
-    info = subprocess.run(["docker", "info"], capture_output=True, text=True)
+    try:
+        info = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return "the Docker engine does not answer `docker info` within 60 s"
     return None if info.returncode == 0 else f"no Docker engine answers: {info.stderr.strip()[:200]}"
 
 
@@ -48,8 +51,8 @@ def base_image(tmp_path) -> str:
     subprocess.run(["debootstrap", "--variant=minbase", "--include=python3,python3-venv,ca-certificates", "bookworm",
                     str(rootfs)], check=True, capture_output=True, timeout=900)
     tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-    subprocess.run(["docker", "import", "-", LOCAL_BASE], stdin=tar.stdout, check=True, capture_output=True)
-    tar.wait()
+    subprocess.run(["docker", "import", "-", LOCAL_BASE], stdin=tar.stdout, check=True, capture_output=True, timeout=600)
+    tar.wait(timeout=60)
     return LOCAL_BASE
 
 
@@ -81,6 +84,8 @@ def outside_address() -> str | None:
     return None if address.startswith("127.") else address
 
 
+# A first build on a new machine makes the base image (debootstrap) and the wheelhouse.
+@pytest.mark.timeout(2400)
 def test_the_image_serves_the_code_location_and_each_run_gets_its_own_container(tmp_path, pg_db, dagster_pg_storage, monkeypatch):
     if (why := docker_engine()) is not None:
         pytest.skip(why)
