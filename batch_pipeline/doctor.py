@@ -16,7 +16,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from batch_pipeline.san.database import (
     SanConnectionError, check_connection, create_san_engine, database_now, read_transaction, redacted, utc_now,
 )
-from batch_pipeline.san.dispatch import DispatcherConfigError, RedisStreamDispatcher, build_dispatcher, redact_secrets
+from batch_pipeline.san.dispatch import (
+    DEFAULT_REDIS_URL, DispatcherConfigError, RedisStreamDispatcher, build_dispatcher, redact_secrets,
+)
 from batch_pipeline.san.schema import SanSchemaError, index_advice, verify_schema
 from batch_pipeline.san.timezone import TimezoneConfigError, san_timezone_name
 
@@ -117,7 +119,7 @@ def diagnose_connected(engine, findings: list[Finding]) -> None:
             f"clock skew database - this server: {skew:+.1f} s",
             "" if abs(skew) <= MAX_CLOCK_SKEW_SECONDS else "synchronise both clocks (NTP): thresholds are measured in minutes",
         ))
-        redis_url = os.environ.get("SAN_REDIS_URL", "redis://127.0.0.1:6379/0")
+        redis_url = os.environ.get("SAN_REDIS_URL") or DEFAULT_REDIS_URL
         try:
             dispatcher = build_dispatcher(os.environ.get("SAN_JOB_DISPATCHER"), conn.dialect.name, redis_url)
             if isinstance(dispatcher, RedisStreamDispatcher):

@@ -101,3 +101,24 @@ def test_make_run_takes_a_port():
     other = subprocess.run(["make", "-n", "-C", str(ROOT), "run", "PORT=3001"], capture_output=True, text=True,
                            check=True).stdout
     assert "--port 3000" in default and "--port 3001" in other and "--port 3000" not in other
+
+
+def launchpad_default_yaml(definitions, job_name: str) -> str:
+    """What the Launchpad pre-fills: the webserver's rootDefaultYaml, computed the same way."""
+    from dagster._core.snap import JobSnap
+    from dagster._core.snap.snap_to_yaml import default_values_yaml_from_type_snap
+
+    snap = JobSnap.from_job_def(definitions.resolve_job_def(job_name))
+    schema = snap.config_schema_snapshot
+    return default_values_yaml_from_type_snap(schema, schema.get_config_snap(snap.mode_def_snaps[0].root_config_key))
+
+
+def test_the_launchpad_pre_fills_no_redis_setting_where_there_is_no_redis(monkeypatch):
+    for name in ("SAN_JOB_DISPATCHER", "SAN_REDIS_URL", "SAN_REDIS_STREAM", "SAN_NOTIFY_CHANNEL"):
+        monkeypatch.delenv(name, raising=False)
+    prefilled = launchpad_default_yaml(build_definitions(), "recovery_job")
+    assert "redis" not in prefilled and "stale_pending_after_minutes: 30" in prefilled
+    monkeypatch.setenv("SAN_JOB_DISPATCHER", "redis_stream")
+    monkeypatch.setenv("SAN_REDIS_URL", "redis://:secret@cache:6379/0")
+    prefilled = launchpad_default_yaml(build_definitions(), "recovery_job")
+    assert "SAN_REDIS_URL" in prefilled and "secret" not in prefilled  # the variable's name, never its value

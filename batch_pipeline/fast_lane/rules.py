@@ -59,11 +59,14 @@ MAX_ENQUEUE_PER_TICK = 500
 MAX_ANNOUNCEMENTS_PER_TICK = 10_000
 # The sensor's probe interval, and the longest window a tick looks back (a daemon that was down
 # for an hour does not announce an hour of steps at once: those jobs are ghosts by then).
-PROBE_INTERVAL = timedelta(seconds=30)
+# 15 s, not 30: a lost event whose re-announced attempt then fails needs two of the lane's
+# steps (REANNOUNCE_AFTER, then RETRY_AFTER), each waiting up to one interval plus a run's
+# launch; at 30 s that is ~3.2 min, past the 3-minute target (docs/reliability.md).
+PROBE_INTERVAL = timedelta(seconds=15)
 LONGEST_WINDOW = timedelta(minutes=20)
 
 
-# Without these (valid) indexes every probe would read whole tables every 30 s: on PostgreSQL
+# Without these (valid) indexes every probe would read whole tables every PROBE_INTERVAL: on PostgreSQL
 # the sensor then skips, naming them, and recovery_job alone heals.
 LANE_INDEXES = ("ix_san_jobs_active_created", "ix_san_jobs_failed_updated", "ix_san_jobs_target",
                 "ix_san_scraps_created_at", "ix_san_scraps_unrefined_by_id", "ix_san_daily_summaries_unwritten_by_id")

@@ -23,6 +23,8 @@ from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.database import database_now, read_transaction, redacted
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 
+PROBE_SECONDS = int(PROBE_INTERVAL.total_seconds())
+
 # What the tick's probe found (jobs + targets): a run is requested only when this is > 0.
 FOUND_TAG = "batch_pipeline/found"
 
@@ -38,9 +40,9 @@ def run_config(window: LaneWindow) -> dict:
 @sensor(
     name="fast_heal_sensor",
     job=fast_heal_job,
-    minimum_interval_seconds=int(PROBE_INTERVAL.total_seconds()),
+    minimum_interval_seconds=PROBE_SECONDS,
     default_status=DefaultSensorStatus.RUNNING,
-    description="The fast lane: every 30 s, indexed probes for unclaimed PENDING jobs, failed targets whose backoff "
+    description=f"The fast lane: every {PROBE_SECONDS} s, indexed probes for unclaimed PENDING jobs, failed targets whose backoff "
     "has passed and targets the app never enqueued; requests a fast_heal_job run only when one is found (the "
     "tick says why it skipped). Turn it off here to heal on recovery_job's cadence only.",
 )
@@ -70,7 +72,7 @@ def fast_heal_sensor(context: SensorEvaluationContext, san_database: SanDatabase
         san_database.open_verified(config.write_limits)  # no SAN tables at all: that is the problem to name
         return SkipReason(
             f"the fast lane is off: the recommended indexes {', '.join(missing)} are missing or invalid, and "
-            "without them every probe would read whole tables every 30 s. Run `python -m batch_pipeline "
+            f"without them every probe would read whole tables every {PROBE_SECONDS} s. Run `python -m batch_pipeline "
             "create-indexes`; recovery_job heals meanwhile.")
     context.update_cursor(window.until.isoformat())
     if not found.anything_to_heal:

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 PG_NOTIFY_CHANNEL = "san_jobs"  # SAN_NOTIFY_CHANNEL overrides it: two SAN environments can share a server
 REDIS_STREAM = "san:jobs"
 DISPATCHER_KINDS = ("pg_notify", "redis_stream", "none")
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 class NewJob(NamedTuple):

@@ -16,7 +16,7 @@ from batch_pipeline.san.database import (
     read_transaction,
 )
 from batch_pipeline.san.dispatch import (
-    PG_NOTIFY_CHANNEL, REDIS_STREAM, Dispatcher, DispatcherConfigError, build_dispatcher,
+    DEFAULT_REDIS_URL, PG_NOTIFY_CHANNEL, REDIS_STREAM, Dispatcher, DispatcherConfigError, build_dispatcher,
 )
 from batch_pipeline.san.schema import SanSchemaError, verify_schema
 
@@ -73,19 +73,22 @@ class JobDispatcherResource(ConfigurableResource):
         default=None,
         description="pg_notify | redis_stream | none. Unset: pg_notify on PostgreSQL, none on SQLite.",
     )
-    redis_url: str = Field(
-        default="redis://127.0.0.1:6379/0", description="Redis for redis_stream (SAN_REDIS_URL)."
+    # Unset (None) rather than a default value: the Launchpad pre-fills every default, and a
+    # Redis URL on a deployment that has no Redis reads as a setting to fill in.
+    redis_url: Optional[str] = Field(
+        default=None, description=f"Redis for redis_stream (SAN_REDIS_URL). Unset: {DEFAULT_REDIS_URL}."
     )
-    redis_stream: str = Field(
-        default=REDIS_STREAM, description="The stream SAN's workers read (SAN_REDIS_STREAM)."
+    redis_stream: Optional[str] = Field(
+        default=None, description=f"The stream SAN's workers read (SAN_REDIS_STREAM). Unset: {REDIS_STREAM}."
     )
-    notify_channel: str = Field(
-        default=PG_NOTIFY_CHANNEL, description="The pg_notify channel SAN's workers LISTEN on (SAN_NOTIFY_CHANNEL)."
+    notify_channel: Optional[str] = Field(
+        default=None,
+        description=f"The pg_notify channel SAN's workers LISTEN on (SAN_NOTIFY_CHANNEL). Unset: {PG_NOTIFY_CHANNEL}.",
     )
 
     def for_database(self, engine: Engine) -> Dispatcher:
         try:
-            return build_dispatcher(self.kind, engine.dialect.name, self.redis_url, self.redis_stream,
-                                    self.notify_channel)
+            return build_dispatcher(self.kind, engine.dialect.name, self.redis_url or DEFAULT_REDIS_URL,
+                                    self.redis_stream or REDIS_STREAM, self.notify_channel or PG_NOTIFY_CHANNEL)
         except DispatcherConfigError as error:
             raise Failure(description=str(error), allow_retries=False) from error

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 from datetime import timedelta
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -102,9 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     from batch_pipeline.sandbox.time_to_heal import TIME_TO_HEAL_FAULTS
 
     add_fault_flags(heal, TIME_TO_HEAL_FAULTS)
-    heal.add_argument("--reannouncement-lost", type=float, default=None,
-                      help="probability that a re-announcement is lost (default: as --event-lost, each drawn on its own; "
-                      "0: only the app's own announcement is ever lost)")
+    heal.add_argument("--reannouncement-lost", type=float, default=TIME_TO_HEAL_FAULTS.reannouncement_lost,
+                      help="probability that a re-announcement is lost (default 0: the fast lane's NOTIFY commits with "
+                      "its transaction, only the app's own announcement is ever lost; 0.3: each drawn afresh)")
     live = with_url("live", "a living SAN, until Ctrl-C")
     live.add_argument("--tick-seconds", type=float, default=2.0)
     live.add_argument("--scraps-per-tick", type=int, default=2)
@@ -207,7 +208,9 @@ def converge(args, faults: Faults) -> int:
 def time_to_heal(args, faults: Faults) -> int:
     from batch_pipeline.sandbox.app_schema import init_sandbox
     from batch_pipeline.sandbox.scratch import scratch_database
-    from batch_pipeline.sandbox.time_to_heal import ExperimentSettings, run_experiment
+    from batch_pipeline.sandbox.time_to_heal import TIME_TO_HEAL_FAULTS, ExperimentSettings, run_experiment
+
+    faults = faults.model_copy(update={"first_attempts_only": TIME_TO_HEAL_FAULTS.first_attempts_only})
 
     settings = ExperimentSettings(save_minutes=args.save_minutes, heal_deadline_minutes=args.deadline_minutes,
                                   scraps_per_minute=args.scraps_per_minute, grace_minutes=args.grace_minutes,
@@ -219,7 +222,7 @@ def time_to_heal(args, faults: Faults) -> int:
         engine.dispose()
     print()
     print(figures.report())
-    return 0 if figures.unhealed.empty and figures.max_active_per_target <= 1 else 1
+    return 0 if figures.unhealed.empty and figures.max_active_per_target <= 1 and all(figures.targets().values()) else 1
 
 
 class Supervised:
@@ -259,6 +262,27 @@ class Supervised:
                 self.process.kill()
 
 
+def dev_cwd_and_env(command: list[str]) -> tuple[str | None, dict]:
+    """Where `dagster dev` runs, and its environment, without two false warnings.
+
+    `make run` links $DAGSTER_HOME/dagster.yaml to ./dagster.yaml; `dagster dev` started here
+    would warn that ./dagster.yaml "will not be used" (it is: it is the same file), so it starts
+    in DAGSTER_HOME, with the workspace and the embedded default's folder given as absolute
+    paths. Its "Use 'dg dev' instead" is silenced too: `dg dev` runs the same `dagster dev`
+    (and works here, [tool.dg]), but this command supervises the sandbox beside it."""
+    env = {**os.environ}
+    env["PYTHONWARNINGS"] = ",".join(filter(None, [env.get("PYTHONWARNINGS"), "ignore:Function `dev_command` is superseded"]))
+    home, here = os.environ.get("DAGSTER_HOME"), Path.cwd()
+    if not home or not (here / "dagster.yaml").exists() or not (Path(home) / "dagster.yaml").exists():
+        return None, env
+    if not os.path.samefile(here / "dagster.yaml", Path(home) / "dagster.yaml"):
+        return None, env  # a different instance config: the warning is true, let it speak
+    if "-w" not in command and "--workspace" not in command and (here / "workspace.yaml").exists():
+        command += ["-w", str(here / "workspace.yaml")]
+    env["SAN_DATA_DIR"] = str(default_data_dir().resolve())
+    return home, env
+
+
 def run_ui(dagster_args: list[str], live: bool = True) -> int:
     """`dagster dev`, with a living sandbox beside it on the embedded default."""
     dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
@@ -282,7 +306,12 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
         print("SAN_DATABASE_URL is set: no sandbox, the UI works on that database", flush=True)
     # `dagster dev` in a process group of its own, so a stop reaches all of it (the webserver,
     # the daemon, the code servers): SIGTERM (systemd, Docker, CI) as much as Ctrl-C.
-    ui = subprocess.Popen(command, start_new_session=True)
+    cwd, env = dev_cwd_and_env(command)
+    if sandbox is not None and not env.get("SAN_RECOVERY_CRON"):
+        from batch_pipeline.sandbox.live import LIVE_RECOVERY_CRON
+
+        env["SAN_RECOVERY_CRON"] = LIVE_RECOVERY_CRON  # recovery keeps up with the sandbox's fast clock
+    ui = subprocess.Popen(command, start_new_session=True, cwd=cwd, env=env)
 
     def stop_on(signum, _frame):
         raise KeyboardInterrupt(signal.Signals(signum).name)

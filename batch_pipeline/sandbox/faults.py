@@ -26,6 +26,9 @@ class Faults(BaseModel):
     reannouncement_lost: float | None = Field(
         None, ge=0.0, le=1.0, description="A re-announcement of a job (the fast lane's) is lost. Unset: as event_lost, "
         "each announcement drawn on its own.")
+    first_attempts_only: bool = Field(
+        False, description="Lost events and AI failures strike only a target's first job (the app's first attempt); "
+        "a re-announcement follows reannouncement_lost.")
     seed: int = Field(0, description="Same seed, same faults.")
 
     @classmethod

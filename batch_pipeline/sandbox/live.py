@@ -21,6 +21,11 @@ from batch_pipeline.sandbox.time_travel import age_database
 from batch_pipeline.sandbox.worker import ReferenceWorker, WorkerStats
 from batch_pipeline.san.dispatch import build_dispatcher
 
+# recovery_schedule beside the living sandbox: every real minute, 2.5 hours of the sandbox's
+# clock (5 SAN minutes per 2 s): the design's 2-hourly cadence in the sandbox's own time, so
+# ghosts never pile up past twice their threshold between runs and ghost_backlog agrees.
+LIVE_RECOVERY_CRON = "* * * * *"
+
 LIVE_FAULTS = Faults(event_lost=0.10, app_dies_before_enqueue=0.05, worker_dies_mid_job=0.05,
                      ai_fails=0.10, poison=0.01, slow_worker=0.03)
 

@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field, fields
 from datetime import date
 
-from sqlalchemy import and_, select, update
+from sqlalchemy import and_, exists, select, update
 from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.sandbox import ai
@@ -110,6 +110,7 @@ class ReferenceWorker:
         self.timezone = timezone or san_timezone_name()
         self.stats = WorkerStats()
         self.deliveries: dict[int, int] = {}  # job id -> announcements heard
+        self._first_jobs: dict[int, bool] = {}  # job id -> is its target's first job of its type
         self.slow_delay_s = 0.0  # drain() finishes slow jobs at its next call; run_for() sets a delay
         self._slow: deque[tuple[float, int, str, int]] = deque()  # (due, job_id, job_type, target_id)
 
@@ -155,7 +156,8 @@ class ReferenceWorker:
         # Each announcement of a job is drawn on its own (a re-announcement is the fast lane's).
         if announced:
             self.deliveries[job_id] = self.deliveries.get(job_id, 0) + 1
-        if announced and self.faults.announcement_lost(job_id, self.deliveries[job_id]):
+        delivery = self.deliveries.get(job_id, 0)
+        if announced and self.faults.announcement_lost(job_id, delivery) and (delivery > 1 or self.strikes(job_id)):
             self.stats.lost_events += 1
             self.stats.lost_job_ids.append(job_id)
             return
@@ -175,11 +177,24 @@ class ReferenceWorker:
             return
         self.run_job(job_id, job_type, target_id)
 
+    def strikes(self, job_id: int) -> bool:
+        """Whether a fault drawn for this job may strike it: any job, or (first_attempts_only)
+        only its target's first job of its type, the app's own first attempt."""
+        if not self.faults.first_attempts_only:
+            return True
+        if job_id not in self._first_jobs:
+            earlier = jobs.alias("earlier")
+            query = select(~exists().where(earlier.c.job_type == jobs.c.job_type, earlier.c.target_id == jobs.c.target_id,
+                                           earlier.c.id < jobs.c.id)).where(jobs.c.id == job_id)
+            with self.engine.connect() as conn:
+                self._first_jobs[job_id] = bool(conn.execute(query).scalar())
+        return self._first_jobs[job_id]
+
     def run_job(self, job_id: int, job_type: str, target_id: int) -> None:
         try:
             with self.engine.connect() as conn:
                 work = self.read_input(conn, job_type, target_id)
-            if self.faults.happens("ai_fails", job_id):
+            if self.faults.happens("ai_fails", job_id) and self.strikes(job_id):
                 raise ai.AiCallFailed("the AI server returned 503 (sandbox fault)")
             result = work()  # the AI call, outside any transaction
         except (ai.AiCallFailed, TargetMissing) as error:

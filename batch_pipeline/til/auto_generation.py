@@ -17,7 +17,7 @@ from datetime import date, datetime, time, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pandas as pd
-from sqlalchemy import and_, func, select
+from sqlalchemy import and_, distinct, func, select
 from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.san.audit import capped_ids
@@ -78,6 +78,16 @@ def users_done_in_run(conn: Connection, day: date, run_started_at: datetime) -> 
     return set(conn.execute(query).scalars())
 
 
+def users_with_an_earlier_til(conn: Connection, user_ids: Sequence[int], day: date, run_started_at: datetime) -> int:
+    """How many of these users already have a summary for D from another run: a backfill of D
+    gives each of them a second TIL (the design allows it). Reads every summary of D (the app
+    has no index on target_date): asked for by dry runs and backfills only."""
+    query = select(distinct(daily_summaries.c.user_id)).where(
+        daily_summaries.c.target_date == day, daily_summaries.c.created_at != run_started_at
+    )
+    return len(set(conn.execute(query).scalars()) & set(user_ids))
+
+
 def summaries_source(user_ids: Sequence[int], day: date, run_started_at: datetime) -> JobSource:
     """A batch of new summaries as the enqueue path's source: the inserted rows are the
     targets of their TIL_GENERATION jobs, created in the same statement (PostgreSQL) or
@@ -129,6 +139,7 @@ class TilReport:
     active_users: int = 0
     users_waiting_for_cards: int = 0
     already_done_in_run: int = 0
+    users_with_an_earlier_til: int | None = None  # None: not looked up (a scheduled run)
     summaries_created: int = 0
     jobs_created: int = 0
     announce_failures: int = 0
@@ -143,6 +154,7 @@ class TilReport:
             "jobs_created": self.jobs_created,
             "users_waiting_for_cards": self.users_waiting_for_cards,
             "already_done_in_run": self.already_done_in_run,
+            **({} if self.users_with_an_earlier_til is None else {"users_with_an_earlier_til": self.users_with_an_earlier_til}),
             "announce_failures": self.announce_failures,
             "dry_run": self.dry_run,
             "users_gone": len(self.users_gone),
@@ -167,22 +179,26 @@ def create_daily_tils(
     dry_run: bool = False,
     limits: WriteLimits = WriteLimits(),
     earlier_attempt_possible: bool = True,
+    count_earlier_tils: bool = False,
 ) -> TilReport:
     """A summary and a TIL_GENERATION job for every active user of D not yet done by this run.
 
     `earlier_attempt_possible=False` (the op's first attempt in a run that is not a
     re-execution) skips looking for this run's summaries: none can exist, and the lookup is a
-    scan of all of daily_summaries, which only grows (no index of the app's serves it)."""
+    scan of all of daily_summaries, which only grows (no index of the app's serves it).
+    `count_earlier_tils` reports how many users would get a second TIL for D (the same scan)."""
     active = users[users["card_count"] > 0]["user_id"].tolist()
     report = TilReport(
         day=day, day_start_utc=bounds[0], day_end_utc=bounds[1], dry_run=dry_run, run_started_at=run_started_at,
         active_users=len(active), users_waiting_for_cards=int((users["card_count"] == 0).sum()),
     )
     done: set[int] = set()
-    if earlier_attempt_possible:
-        with engine.connect() as conn:
+    with engine.connect() as conn:
+        if earlier_attempt_possible:
             done = users_done_in_run(conn, day, run_started_at)
-    todo = [u for u in active if u not in done]
+        todo = [u for u in active if u not in done]
+        if count_earlier_tils:
+            report.users_with_an_earlier_til = users_with_an_earlier_til(conn, todo, day, run_started_at)
     report.already_done_in_run = len(active) - len(todo)
     if dry_run:
         return report

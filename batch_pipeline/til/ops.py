@@ -2,7 +2,7 @@
 
 from datetime import date, datetime, timezone
 
-from dagster import AssetMaterialization, DagsterRun, Failure, In, OpExecutionContext, Out, op
+from dagster import AssetMaterialization, AssetObservation, DagsterRun, Failure, In, OpExecutionContext, Out, op
 
 from batch_pipeline.san.database import database_now, read_transaction, utc_now
 from batch_pipeline.san.memory import paused_gc
@@ -17,8 +17,9 @@ UsersOfDayType = auto_generation.USERS_OF_DAY.dagster_type()
 
 check_san_database_for_til = san_database_check_op(TilConfig, "check_san_database_for_til")
 
-# Dagster's documented run tag naming the first run of a re-execution chain.
+# Dagster's documented run tags: the first run of a re-execution chain; the backfill a run is part of.
 ROOT_RUN_ID_TAG = "dagster/root_run_id"
+BACKFILL_TAG = "dagster/backfill"
 
 
 def partition_day(context: OpExecutionContext) -> date:
@@ -84,14 +85,19 @@ def create_daily_tils(
             dry_run=settings.dry_run,
             limits=settings.write_limits,
             earlier_attempt_possible=context.retry_number > 0 or ROOT_RUN_ID_TAG in context.run.tags,
+            # what an operator must see before (dry run) and in a backfill: who gets a second TIL
+            count_earlier_tils=settings.dry_run or BACKFILL_TAG in context.run.tags,
         )
-    context.log_event(
-        AssetMaterialization(asset_key=auto_generation.AREA, partition=context.partition_key, metadata=as_metadata(report.metadata()))
-    )
+    # A dry run is observed, not materialized: the plots count real runs only.
+    event = AssetObservation if report.dry_run else AssetMaterialization
+    context.log_event(event(asset_key=auto_generation.AREA, partition=context.partition_key, metadata=as_metadata(report.metadata())))
     context.log.info(
         f"TIL {day}: {report.active_users} active users, {report.summaries_created} summaries and "
         f"{report.jobs_created} jobs created, {report.already_done_in_run} already done by this run, "
         f"{report.users_waiting_for_cards} users still waiting for cards"
+        + ("" if report.users_with_an_earlier_til is None else
+           f"; {report.users_with_an_earlier_til} of them already have a TIL for {day} from another run and "
+           + ("would get" if report.dry_run else "got") + " a second one")
         + (" (dry run: nothing written)" if report.dry_run else "")
     )
     warn_about_unannounced_jobs(context, auto_generation.AREA, report.announce_failures)

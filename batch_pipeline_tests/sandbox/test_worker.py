@@ -17,7 +17,7 @@ from batch_pipeline.sandbox.worker import ReferenceWorker
 from batch_pipeline.san.database import utc_now
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.schema import (
-    CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, TIL_GENERATION, knowledge_cards,
+    CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, SCRAP_REFINE, TIL_GENERATION, jobs, knowledge_cards,
 )
 from batch_pipeline_tests.sandbox.conftest import ListedEvents
 
@@ -203,3 +203,18 @@ def test_the_demo_state_gives_every_card_a_title(tmp_path):
     with engine.connect() as conn:
         assert None not in conn.execute(select(app_knowledge_cards.c.title)).scalars().all()
     engine.dispose()
+
+
+def test_first_attempts_only_faults_strike_the_app_s_first_job_and_spare_its_retry(sandbox):
+    """time-to-heal's fault model: the app's announcement and first AI call fail, the fast
+    lane's re-announcement and its retry (a new job) get through."""
+    scrap_id, refine_job, _card_job = saved_scrap(sandbox)
+    faults = Faults(event_lost=1.0, ai_fails=1.0, first_attempts_only=True, reannouncement_lost=0.0)
+    with sandbox.engine.begin() as conn:
+        retry = conn.execute(insert(jobs).values(job_type=SCRAP_REFINE, target_id=scrap_id, status=PENDING,
+                                                 created_at=utc_now(), updated_at=utc_now()).returning(jobs.c.id)).scalar_one()
+    # the app's announcement (lost), the lane's re-announcement (heard; the AI fails), the retry
+    stats = worker(sandbox, [refine_job], [refine_job], [retry], faults=faults).drain()
+    assert (stats.lost_events, stats.failed, stats.completed) == (1, 1, 1)
+    assert sandbox.get_job(refine_job).status == FAILED and sandbox.get_job(retry).status == COMPLETED
+    assert refined_content(sandbox, scrap_id) is not None

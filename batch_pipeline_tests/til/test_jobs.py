@@ -23,10 +23,10 @@ def at(day: str, hour=12, minute=0, second=0, zone=SEOUL):
     return datetime(d.year, d.month, d.day, hour, minute, second, tzinfo=zone).astimezone(timezone.utc)
 
 
-def run_til(db, partition_key, definitions=None, instance=None, dispatcher=None, config=None):
+def run_til(db, partition_key, definitions=None, instance=None, dispatcher=None, config=None, tags=None):
     instance = instance or DagsterInstance.ephemeral()
     result = (definitions or defs).resolve_job_def("til_auto_generation_job").execute_in_process(
-        partition_key=partition_key,
+        partition_key=partition_key, tags=tags,
         run_config={"ops": {"check_san_database": {"config": config or {}}}},
         resources={"san_database": SanDatabase(url=db.url), "job_dispatcher": dispatcher or JobDispatcherResource(kind="none")},
         instance=instance,
@@ -83,6 +83,7 @@ def test_the_schedule_fires_at_3_in_seoul_for_the_previous_day(monkeypatch):
 
 def test_a_daylight_saving_zone_cuts_the_day_at_local_midnight(monkeypatch, san_db):
     monkeypatch.setenv("SAN_TIMEZONE", "America/New_York")
+    monkeypatch.setenv("SAN_TIL_FIRST_DAY", "2026-01-01")  # the spring-forward day is a partition
     definitions = build_definitions()
     schedule = definitions.resolve_schedule_def("til_auto_generation_schedule")
     # 03:00 on the day after New York's spring-forward day runs that (23-hour) day
@@ -195,12 +196,39 @@ def test_a_run_re_executed_after_a_failure_does_not_duplicate_anyone(san_db):
     assert (meta["already_done_in_run"], meta["summaries_created"]) == (2, 3)
 
 
-def test_dry_run_reports_without_writing(san_db):
+def til_observations(instance, partition):
+    return [r.event_log_entry.asset_observation for r in instance.fetch_observations(AssetKey("til_auto_generation"), limit=100).records
+            if r.partition_key == partition]
+
+
+def test_dry_run_reports_without_writing_and_adds_no_point_to_the_plots(san_db):
     user = san_db.user()
     san_db.scrap(user, created_at=at("2026-11-28"), card=True)
     result, instance = run_til(san_db, "2026-11-28", config={"dry_run": True})
     assert result.success and san_db.summaries() == []
-    assert til_metadata(instance, "2026-11-28")["active_users"] == 1
+    assert instance.fetch_materializations(AssetKey("til_auto_generation"), limit=10).records == []
+    [observation] = til_observations(instance, "2026-11-28")
+    assert observation.metadata["active_users"].value == 1 and observation.metadata["dry_run"].value is True
+
+
+def test_a_backfill_of_a_day_that_has_tils_says_before_and_when_it_runs_who_gets_a_second(san_db):
+    again, new = san_db.user(), san_db.user()
+    san_db.scrap(again, created_at=at("2026-11-28"), card=True)
+    assert run_til(san_db, "2026-11-28")[0].success  # the day's scheduled run: one TIL for `again`
+    san_db.scrap(new, created_at=at("2026-11-28", 20), card=True)
+
+    result, instance = run_til(san_db, "2026-11-28", config={"dry_run": True})  # the preview
+    [preview] = til_observations(instance, "2026-11-28")
+    assert (preview.metadata["active_users"].value, preview.metadata["users_with_an_earlier_til"].value) == (2, 1)
+    assert len(san_db.summaries()) == 1
+
+    result, instance = run_til(san_db, "2026-11-28", tags={"dagster/backfill": "abcdefgh"})
+    meta = til_metadata(instance, "2026-11-28")
+    assert (meta["summaries_created"], meta["users_with_an_earlier_til"]) == (2, 1)
+    assert sorted(s.user_id for s in san_db.summaries()) == sorted([again, again, new])
+    # the daily scheduled run does not pay for the look-up (a scan of every summary)
+    result, instance = run_til(san_db, "2026-11-29")
+    assert "users_with_an_earlier_til" not in til_metadata(instance, "2026-11-29")
 
 
 def test_a_partition_key_that_is_not_a_date_is_refused(san_db):
@@ -265,3 +293,18 @@ def test_summaries_are_stamped_with_the_true_instant_on_a_dagster_instance_in_se
         with admin.connect() as conn:
             conn.execute(text(f"DROP DATABASE IF EXISTS {storage_db} WITH (FORCE)"))
         admin.dispose()
+
+
+def test_the_first_til_day_is_recent_by_default_and_a_setting(monkeypatch):
+    from batch_pipeline.til.partitions import FIRST_TIL_DAY, TilPartitionsConfigError
+
+    monkeypatch.delenv("SAN_TIL_FIRST_DAY", raising=False)
+    partitions = build_definitions().resolve_job_def("til_auto_generation_job").partitions_def
+    first = partitions.get_first_partition_key()
+    assert first == FIRST_TIL_DAY.isoformat()
+    monkeypatch.setenv("SAN_TIL_FIRST_DAY", "2026-11-20")
+    assert build_definitions().resolve_job_def("til_auto_generation_job").partitions_def.get_first_partition_key() == "2026-11-20"
+    for wrong, named in (("20.11.2026", "is not a date YYYY-MM-DD"), ("2999-01-01", "is in the future")):
+        monkeypatch.setenv("SAN_TIL_FIRST_DAY", wrong)
+        with pytest.raises(TilPartitionsConfigError, match=f"SAN_TIL_FIRST_DAY='{wrong}' {named}"):
+            build_definitions()
