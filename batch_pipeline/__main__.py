@@ -23,8 +23,16 @@ from batch_pipeline.san.database import (
     redacted,
 )
 from batch_pipeline.san.schema import (
-    SanSchemaError, create_recommended_indexes, create_schema, index_statements, verify_schema,
+    SanSchemaError, app_guarantee_statement, create_recommended_indexes, create_schema, index_statements, verify_schema,
 )
+
+# Printed as a comment: piping show-indexes into psql must not build it (SAN's team decides).
+APP_GUARANTEE_NOTE = """
+-- The app-side guarantee, for SAN's team to decide (create-indexes does not build it): at most
+-- one active job per (job_type, target_id), whoever enqueues it, so the app's own enqueue can
+-- never race batch_pipeline's into two active jobs. With it, the app's second enqueue of an
+-- active target fails with a unique violation; batch_pipeline's is skipped (skipped_by_race).
+-- Its cost: docs/benchmarks.md, "The app-side guarantee"."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         engine = create_san_engine(args.database_url)
         if args.command == "show-indexes":
             print(";\n".join(index_statements(engine.dialect.name)) + ";")
+            print(APP_GUARANTEE_NOTE + "\n-- " + app_guarantee_statement(engine.dialect.name) + ";")
             return 0
         check_connection(engine)
         if args.command == "create-indexes":

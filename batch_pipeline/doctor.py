@@ -19,7 +19,9 @@ from batch_pipeline.san.database import (
 from batch_pipeline.san.dispatch import (
     DEFAULT_REDIS_URL, DispatcherConfigError, RedisStreamDispatcher, build_dispatcher, redact_secrets,
 )
-from batch_pipeline.san.schema import SanSchemaError, index_advice, verify_schema
+from batch_pipeline.san.schema import (
+    SanSchemaError, app_guarantee_index, app_guarantee_statement, index_advice, targets_with_two_active_jobs, verify_schema,
+)
 from batch_pipeline.san.timezone import TimezoneConfigError, san_timezone_name
 
 # The pipeline measures ages with the database's clock; a host this far off is still worth
@@ -113,6 +115,7 @@ def diagnose_connected(engine, findings: list[Finding]) -> None:
                 + ";\n      ".join(advice.drop_with) + ";",
                 warning=True,
             ))
+        findings.append(app_guarantee_finding(conn))
         skew = (database_now(conn) - utc_now()).total_seconds()
         findings.append(Finding(
             abs(skew) <= MAX_CLOCK_SKEW_SECONDS,
@@ -131,6 +134,24 @@ def diagnose_connected(engine, findings: list[Finding]) -> None:
             findings.append(Finding(False, f"Redis at {redacted(redis_url)} is unreachable: "
                                            f"{redact_secrets(str(error), redis_url)}",
                                     "start Redis or fix SAN_REDIS_URL (jobs are still created, only not announced)"))
+
+
+def app_guarantee_finding(conn) -> Finding:
+    """Whether one active job per target is guaranteed by a unique index (the app's side)."""
+    present = app_guarantee_index(conn)
+    if present:
+        return Finding(True, f"one active job per (job_type, target_id) is guaranteed by the unique index {present}")
+    doubled = targets_with_two_active_jobs(conn)
+    return Finding(
+        True,
+        "no unique index guarantees one active job per (job_type, target_id): the app's own enqueue (which does not "
+        "take batch_pipeline's lock) can race a recovery into two active jobs for one target"
+        + (f"; {doubled} target(s) have two active jobs now" if doubled else ""),
+        "for SAN's team to decide (the app's own second enqueue of an active target would then fail): "
+        + app_guarantee_statement(conn.dialect.name) + ";"
+        + (" Close the doubled active jobs first, or the build fails." if doubled else ""),
+        warning=True,
+    )
 
 
 # What the pipeline does to each table (the README's list): (table, privilege).

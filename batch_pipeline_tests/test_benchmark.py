@@ -62,3 +62,13 @@ def test_probe_only_prints_the_fast_lane_probe_and_its_plans():
     failed = [line for line in probe_plans if " recent failures " in line]
     assert all("ix_san_jobs_failed_updated" in line for line in failed), failed
     assert len([line for line in lines if "fast lane probe (one tick" in line]) == 1
+
+
+def test_the_app_guarantee_benchmark_runs_and_builds_the_index_it_measures():
+    from bench.app_guarantee import run
+
+    lines = []
+    figures = run(pg_admin_url(), jobs=20_000, out=lines.append, writes=50, batch=200)
+    assert set(figures) == {"without", "with", "build"} and figures["build"]["mb"] > 0
+    assert set(figures["with"]) == {"app insert ms", "worker claim ms", "worker complete ms", "recovery batch ms"}
+    assert any(line.startswith("CREATE UNIQUE INDEX CONCURRENTLY ux_san_jobs_one_active") for line in lines)

@@ -3,7 +3,12 @@
 from sqlalchemy import text
 
 from batch_pipeline.doctor import run_doctor
-from batch_pipeline.san.schema import create_recommended_indexes
+from batch_pipeline.san.schema import CARD_ANALYSIS, PENDING, PROCESSING, app_guarantee_statement, create_recommended_indexes
+
+
+def with_app_guarantee(db):
+    with db.engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").execute(text(app_guarantee_statement("postgresql")))
 
 
 def doctor(url, monkeypatch, **env):
@@ -17,12 +22,14 @@ def doctor(url, monkeypatch, **env):
 
 def test_a_ready_database(pg_db, monkeypatch):
     create_recommended_indexes(pg_db.engine)
+    with_app_guarantee(pg_db)
     code, report = doctor(pg_db.url, monkeypatch)
     assert code == 0 and report.endswith("ready")
     assert "clock skew database - this server" in report and "dispatcher pg_notify" in report
 
 
 def test_missing_indexes_are_a_warning_with_their_cost_and_fix_printed(pg_db, monkeypatch):
+    with_app_guarantee(pg_db)
     code, report = doctor(pg_db.url, monkeypatch)
     assert code == 0 and report.endswith("ready, with 1 warning(s)")
     assert "detection then reads whole tables" in report and "the fast lane stays off" in report
@@ -31,11 +38,31 @@ def test_missing_indexes_are_a_warning_with_their_cost_and_fix_printed(pg_db, mo
 
 def test_an_index_an_earlier_release_recommended_is_pointed_out_with_its_drop(pg_db, monkeypatch):
     create_recommended_indexes(pg_db.engine)
+    with_app_guarantee(pg_db)
     with pg_db.engine.begin() as conn:
         conn.execute(text("CREATE INDEX ix_san_scraps_unrefined ON scraps (created_at) WHERE refined_content IS NULL"))
     code, report = doctor(pg_db.url, monkeypatch)
     assert code == 0 and report.endswith("ready, with 1 warning(s)")  # it costs the app's writes, nothing breaks
     assert "superseded indexes" in report and "DROP INDEX CONCURRENTLY IF EXISTS ix_san_scraps_unrefined;" in report
+
+
+def test_the_app_side_guarantee_is_offered_until_a_unique_index_gives_it(pg_db, monkeypatch):
+    create_recommended_indexes(pg_db.engine)
+    user_scrap = pg_db.scrap(pg_db.user())
+    pg_db.job(CARD_ANALYSIS, user_scrap, PENDING)
+    pg_db.job(CARD_ANALYSIS, user_scrap, PROCESSING)  # the race the index prevents, already happened
+    code, report = doctor(pg_db.url, monkeypatch)
+    assert code == 0 and report.endswith("ready, with 1 warning(s)")
+    assert "no unique index guarantees one active job per (job_type, target_id)" in report
+    assert "1 target(s) have two active jobs now" in report and "Close the doubled active jobs first" in report
+    assert app_guarantee_statement("postgresql") in report
+    with pg_db.engine.begin() as conn:  # closed; then the app builds it under a name of its own
+        conn.execute(text("UPDATE jobs SET status = 'FAILED' WHERE status = 'PROCESSING'"))
+        conn.execute(text("CREATE UNIQUE INDEX ux_app_one_active_job ON jobs (job_type, target_id) "
+                          "WHERE status IN ('PENDING', 'PROCESSING')"))
+    code, report = doctor(pg_db.url, monkeypatch)
+    assert code == 0 and report.endswith("ready")
+    assert "guaranteed by the unique index ux_app_one_active_job" in report
 
 
 def test_a_missing_column_an_unknown_dispatcher_and_a_bad_zone(pg_db, monkeypatch):

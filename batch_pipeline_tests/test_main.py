@@ -55,3 +55,16 @@ def test_create_schema_makes_an_empty_database_a_san_schema(tmp_path, capsys):
     assert main(["create-schema", "--database-url", url]) == 0
     created = capsys.readouterr().out.split(";")[0].removeprefix("created ").split(", ")
     assert sorted(created) == ["daily_summaries", "jobs", "knowledge_cards", "scraps", "users"]
+
+
+def test_show_indexes_offers_the_app_side_guarantee_as_a_comment_and_create_indexes_leaves_it_to_the_app(pg_db, capsys):
+    from batch_pipeline.san.schema import APP_ONE_ACTIVE_JOB, app_guarantee_statement
+
+    assert main(["show-indexes", "--database-url", pg_db.url]) == 0
+    shown = capsys.readouterr().out
+    assert f"-- {app_guarantee_statement('postgresql')};" in shown  # commented: piping it to psql builds nothing
+    assert "\nCREATE UNIQUE" not in shown
+    assert main(["create-indexes", "--database-url", pg_db.url]) == 0
+    with pg_db.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = :name"),
+                            {"name": APP_ONE_ACTIVE_JOB.name}).scalar_one() == 0

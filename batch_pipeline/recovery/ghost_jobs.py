@@ -17,7 +17,9 @@ from sqlalchemy import String, and_, case, cast, func, literal, or_, select, upd
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
-from batch_pipeline.recovery.plan import RecoveryPolicy, RecoveryReport, heal_ages, minutes, plan_recovery
+from batch_pipeline.recovery.plan import (
+    RecoveryPolicy, RecoveryReport, attempted, heal_ages, minutes, plan_recovery, with_partial_report,
+)
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.enqueue import BatchWritten, JobSource, enqueue, run_in_batches
@@ -219,38 +221,47 @@ def recover_ghost_jobs(
         return report
 
     work = pd.concat([plan.to_enqueue, plan.exhausted])
-    results, batches = run_in_batches(
-        engine, dispatcher, work, policy.batch_size,
-        lambda conn, batch: close_and_replace(conn, batch, rule, policy.max_attempts, dispatcher.statement_channel),
-        policy.limits,
-    )
-    replacement_of: dict[int, NewJob] = {}
-    closed_ids: set[int] = set()
-    for batch in results:
-        closed_ids.update(batch.closed_ids)
-        replacement_of.update(batch.replacements)
-        report.exhausted_ids += batch.exhausted_ids
-    report.exhausted = len(report.exhausted_ids)
-    report.enqueued = len(replacement_of)
-    report.skipped_by_race = len(work) - len(closed_ids)
-    closed = work[work["job_id"].isin(closed_ids)]
-    report.heal_ages_seconds = heal_ages(closed.loc[closed["job_id"].isin(replacement_of), "stale_since"], rule.now)
-    report.recovered = [
-        {
-            "failed_job_id": job_id,
-            "new_job_id": replacement_of[job_id].job_id if job_id in replacement_of else None,
-            "job_type": job_type,
-            "target_id": target_id,
-            "stale_status": status,
-        }
-        # .tolist() gives plain ints and strs; iterating the frame row by row boxes every value
-        for job_id, job_type, target_id, status in zip(
-            closed["job_id"].tolist(), closed["job_type"].tolist(), closed["target_id"].tolist(), closed["status"].tolist()
+
+    def complete(results, batches) -> RecoveryReport:
+        replacement_of: dict[int, NewJob] = {}
+        closed_ids: set[int] = set()
+        for batch in results:
+            closed_ids.update(batch.closed_ids)
+            replacement_of.update(batch.replacements)
+            report.exhausted_ids += batch.exhausted_ids
+        report.exhausted = len(report.exhausted_ids)
+        report.enqueued = len(replacement_of)
+        report.skipped_by_race = attempted(work, batches, policy) - len(closed_ids)
+        closed = work[work["job_id"].isin(closed_ids)]
+        report.heal_ages_seconds = heal_ages(closed.loc[closed["job_id"].isin(replacement_of), "stale_since"], rule.now)
+        report.recovered = [
+            {
+                "failed_job_id": job_id,
+                "new_job_id": replacement_of[job_id].job_id if job_id in replacement_of else None,
+                "job_type": job_type,
+                "target_id": target_id,
+                "stale_status": status,
+            }
+            # .tolist() gives plain ints and strs; iterating the frame row by row boxes every value
+            for job_id, job_type, target_id, status in zip(
+                closed["job_id"].tolist(), closed["job_type"].tolist(), closed["target_id"].tolist(), closed["status"].tolist()
+            )
+        ]
+        report.changed = len(closed_ids)
+        report.batches = batches.batches
+        report.announce_failures = batches.announce_failures
+        return report
+
+    try:
+        results, batches = run_in_batches(
+            engine, dispatcher, work, policy.batch_size,
+            lambda conn, batch: close_and_replace(conn, batch, rule, policy.max_attempts, dispatcher.statement_channel),
+            policy.limits,
         )
-    ]
-    report.batches = batches.batches
-    report.announce_failures = batches.announce_failures
-    return report
+    except Exception as error:
+        with_partial_report(error, complete)  # the audit of the batches that did commit
+        raise
+    return complete(results, batches)
 
 
 @dataclass(frozen=True)

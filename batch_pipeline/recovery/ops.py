@@ -6,11 +6,13 @@ The run config is given once, to the run_recovery graph (assets.py), which hands
 the `settings` input.
 """
 
-from dagster import AssetObservation, In, Nothing, OpDefinition, OpExecutionContext, Out, Output, op
+from dagster import (
+    AssetKey, AssetObservation, DagsterEventType, In, Nothing, OpDefinition, OpExecutionContext, Out, Output, op,
+)
 
 from batch_pipeline.recovery import checks, ghost_jobs
 from batch_pipeline.recovery.config import RecoveryConfig
-from batch_pipeline.recovery.plan import RecoveryReport
+from batch_pipeline.recovery.plan import COMMITTED_BY_FAILED_ATTEMPT, RecoveryReport, partial_report
 from batch_pipeline.recovery.registry import RECOVERIES
 from batch_pipeline.san.database import database_now, read_transaction
 from batch_pipeline.san.memory import paused_gc
@@ -40,6 +42,36 @@ def audit_trail(context: OpExecutionContext, recovery, report: RecoveryReport):
     yield Output(None, recovery.name, metadata=metadata)
     yield checks.exhausted_targets(report, earlier)
     yield checks.deferred_backlog(report, earlier)
+
+
+def audited_across_attempts(context: OpExecutionContext, area: str, recover) -> RecoveryReport:
+    """`recover()`, whose report covers every attempt of the step: an attempt that fails after
+    some write batches committed records what they did (an observation of the area), and the
+    retry adds that to its own report, so the audit trail misses nothing and calls none of the
+    run's own work a race."""
+    try:
+        report = recover()
+    except Exception as error:
+        partial = partial_report(error)
+        if partial is not None:
+            context.log_event(AssetObservation(asset_key=area, metadata=as_metadata(partial.committed_metadata(context.retry_number))))
+            context.log.warning(f"{area}: attempt {context.retry_number + 1} failed after committing {partial.changed} "
+                                "change(s); a retry's audit trail includes them")
+        raise
+    return report.merge_committed(committed_by_failed_attempts(context, area)) if context.retry_number else report
+
+
+def committed_by_failed_attempts(context: OpExecutionContext, area: str) -> list[dict]:
+    """What earlier attempts of this step in this run committed before they failed."""
+    records = context.instance.get_records_for_run(context.run_id, of_type=DagsterEventType.ASSET_OBSERVATION).records
+    committed = []
+    for record in records:
+        observation = record.event_log_entry.asset_observation
+        if (observation is not None and observation.asset_key == AssetKey(area)
+                and record.event_log_entry.step_key == str(context.op_handle)
+                and COMMITTED_BY_FAILED_ATTEMPT in observation.metadata):
+            committed.append({key: value.value for key, value in observation.metadata.items()})
+    return committed
 
 
 def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
@@ -77,8 +109,8 @@ def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
     ):
         engine = san_database.get_engine()
         with retried_only_if_transient(), paused_gc():
-            report = recovery.recover(engine, job_dispatcher.for_database(engine), candidates, settings,
-                                      database_now(engine))
+            report = audited_across_attempts(context, recovery.area, lambda: recovery.recover(
+                engine, job_dispatcher.for_database(engine), candidates, settings, database_now(engine)))
         yield from audit_trail(context, recovery, report)
         yield Output(None, "done")
 

@@ -5,8 +5,9 @@ from datetime import timedelta
 
 import pandas as pd
 
-from batch_pipeline.san.audit import capped_ids
+from batch_pipeline.san.audit import AUDIT_ID_LIMIT, capped_ids
 from batch_pipeline.san.database import BATCH_SIZE, WriteLimits
+from batch_pipeline.san.enqueue import committed_before
 
 # A (job_type, target_id) with this many jobs gets no new one: a poison target (a scrap the AI
 # always fails on) must not be retried every run forever. 0 = unlimited.
@@ -93,6 +94,11 @@ class RecoveryReport:
     # How long each healed fragment had waited (seconds since its job was created or started,
     # or its target last failed or was saved): the time to heal the UI plots run over run.
     heal_ages_seconds: list[float] = field(default_factory=list)
+    # Candidates whose rows this attempt's writes changed (closed, or given a job): a retry of
+    # the step finds them changed and would count them as races (merge_committed).
+    changed: int = 0
+    earlier_attempts: int = 0  # failed attempts of this step whose committed work is included
+    ids_truncated: bool = False  # an earlier attempt's id lists were cut already
 
     def metadata(self) -> dict:
         """Counts as numbers (plotted by the UI over time), ids as JSON lists."""
@@ -106,5 +112,58 @@ class RecoveryReport:
             "announce_failures": self.announce_failures,
             "dry_run": self.dry_run,
             **capped_ids(recovered=self.recovered, exhausted_ids=self.exhausted_ids, deferred_ids=self.deferred_ids),
+            **({"ids_truncated": True} if self.ids_truncated else {}),
+            **({"earlier_attempts": self.earlier_attempts} if self.earlier_attempts else {}),
             "thresholds": self.thresholds,
         }
+
+    def committed_metadata(self, failed_attempt: int) -> dict:
+        """The audit of an attempt that failed after some batches committed: what they did,
+        for the retry to add to its own (merge_committed)."""
+        return {**self.metadata(), COMMITTED_BY_FAILED_ATTEMPT: failed_attempt, "changed": self.changed,
+                "heal_ages_seconds": self.heal_ages_seconds[:AUDIT_ID_LIMIT]}
+
+    def merge_committed(self, earlier: list[dict]) -> "RecoveryReport":
+        """This attempt's report plus what earlier, failed attempts of the step committed (their
+        committed_metadata): the same candidates, so what they changed this attempt found
+        changed and counted as races; it was this run's own work."""
+        for attempt in earlier:
+            self.enqueued += attempt["enqueued"]
+            self.skipped_by_race = max(0, self.skipped_by_race - attempt["changed"])
+            self.recovered = attempt["recovered"] + self.recovered
+            # the targets at the cap at detection are exhausted in both attempts: count them once
+            earlier_exhausted = set(attempt["exhausted_ids"])
+            again = sum(1 for i in self.exhausted_ids if i in earlier_exhausted)
+            self.exhausted = attempt["exhausted"] + self.exhausted - again
+            self.exhausted_ids = attempt["exhausted_ids"] + [i for i in self.exhausted_ids if i not in earlier_exhausted]
+            self.announce_failures += attempt["announce_failures"]
+            self.batches += attempt.get("batches", 0)
+            self.heal_ages_seconds = attempt["heal_ages_seconds"] + self.heal_ages_seconds
+            self.changed += attempt["changed"]
+            self.ids_truncated = self.ids_truncated or attempt["ids_truncated"]
+            self.earlier_attempts += 1
+        return self
+
+
+# The metadata key that marks an observation as the committed work of a failed attempt.
+COMMITTED_BY_FAILED_ATTEMPT = "committed_by_failed_attempt"
+
+
+def attempted(work, batches, policy: RecoveryPolicy) -> int:
+    """How many of `work` the committed batches wrote or re-checked (all of it, unless a batch failed)."""
+    return min(len(work), batches.batches * policy.batch_size)
+
+
+def with_partial_report(error: BaseException, complete) -> None:
+    """If `error` came after some write batches committed (run_in_batches), attach the report
+    of what they did, `complete(results, batches)`, for the op to record before it re-raises."""
+    committed = committed_before(error)
+    if committed is not None:
+        setattr(error, PARTIAL_REPORT_ATTRIBUTE, complete(committed.results, committed.batches))
+
+
+def partial_report(error: BaseException) -> "RecoveryReport | None":
+    return getattr(error, PARTIAL_REPORT_ATTRIBUTE, None)
+
+
+PARTIAL_REPORT_ATTRIBUTE = "batch_pipeline_partial_report"

@@ -20,7 +20,9 @@ from sqlalchemy import Table, and_, exists, func, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
-from batch_pipeline.recovery.plan import RecoveryPolicy, RecoveryReport, heal_ages, minutes, plan_recovery
+from batch_pipeline.recovery.plan import (
+    RecoveryPolicy, RecoveryReport, attempted, heal_ages, minutes, plan_recovery, with_partial_report,
+)
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.enqueue import BatchWritten, Eligibility, EnqueueRequest, JobSource, enqueue, run_in_batches
@@ -229,17 +231,27 @@ def recover_targets(
         return outcome.as_batch(outcome)
 
     to_enqueue = plan.to_enqueue[key].tolist()
-    results, batches = run_in_batches(engine, dispatcher, to_enqueue, policy.batch_size, write_batch, policy.limits)
-    created = [job for outcome in results for job in outcome.created]
-    # Reached the cap between detection and write (another run enqueued and it failed since).
-    late_exhausted = [target for outcome in results for _job_type, target in outcome.exhausted]
-    report.exhausted += len(late_exhausted)
-    report.exhausted_ids += late_exhausted
-    report.enqueued = len(created)
-    report.skipped_by_race = len(to_enqueue) - len(created) - len(late_exhausted)
-    report.recovered = [{key: job.target_id, "new_job_id": job.job_id} for job in created]
-    healed = candidates[candidates[key].isin([job.target_id for job in created])]
-    report.heal_ages_seconds = heal_ages(last_attempts_ended(engine, recovery, healed, policy.limits), now)
-    report.batches = batches.batches
-    report.announce_failures = batches.announce_failures
-    return report
+
+    def complete(results, batches, look_up_ages: bool = True) -> RecoveryReport:
+        created = [job for outcome in results for job in outcome.created]
+        # Reached the cap between detection and write (another run enqueued and it failed since).
+        late_exhausted = [target for outcome in results for _job_type, target in outcome.exhausted]
+        report.exhausted += len(late_exhausted)
+        report.exhausted_ids += late_exhausted
+        report.enqueued = report.changed = len(created)
+        report.skipped_by_race = attempted(to_enqueue, batches, policy) - len(created) - len(late_exhausted)
+        report.recovered = [{key: job.target_id, "new_job_id": job.job_id} for job in created]
+        healed = candidates[candidates[key].isin([job.target_id for job in created])]
+        # After a failed write the database may be gone: the ages since the save, not the last failure.
+        report.heal_ages_seconds = heal_ages(last_attempts_ended(engine, recovery, healed, policy.limits) if look_up_ages
+                                             else healed["waiting_since"], now)
+        report.batches = batches.batches
+        report.announce_failures = batches.announce_failures
+        return report
+
+    try:
+        results, batches = run_in_batches(engine, dispatcher, to_enqueue, policy.batch_size, write_batch, policy.limits)
+    except Exception as error:
+        with_partial_report(error, lambda results, batches: complete(results, batches, look_up_ages=False))
+        raise
+    return complete(results, batches)

@@ -247,11 +247,30 @@ def run_in_batches(
     """
     results: list[R] = []
     report = BatchRunReport()
-    for batch in chunked(items, batch_size):
-        with write_transaction(engine, limits) as conn:
-            written = write_batch(conn, batch)
-            dispatcher.announce_in_transaction(conn, [] if written.announced else written.created)
-        report.batches += 1
-        report.announce_failures += dispatcher.announce_after_commit(written.created)
-        results.append(written.result)
+    try:
+        for batch in chunked(items, batch_size):
+            with write_transaction(engine, limits) as conn:
+                written = write_batch(conn, batch)
+                dispatcher.announce_in_transaction(conn, [] if written.announced else written.created)
+            report.batches += 1
+            report.announce_failures += dispatcher.announce_after_commit(written.created)
+            results.append(written.result)
+    except Exception as error:
+        if results:  # the error travels on unchanged, with what the committed batches did
+            setattr(error, COMMITTED_ATTRIBUTE, Committed(results, report))
+        raise
     return results, report
+
+
+# The attribute of an error raised by run_in_batches after some batches had committed.
+COMMITTED_ATTRIBUTE = "batch_pipeline_committed"
+
+
+class Committed(NamedTuple):
+    results: list
+    batches: "BatchRunReport"
+
+
+def committed_before(error: BaseException) -> Committed | None:
+    """What the batches that committed before `error` did (run_in_batches), or None."""
+    return getattr(error, COMMITTED_ATTRIBUTE, None)

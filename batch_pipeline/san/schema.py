@@ -19,7 +19,9 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    func,
     inspect,
+    select,
     text,
 )
 from sqlalchemy.engine import Connection, Engine
@@ -170,6 +172,47 @@ RECOMMENDED_INDEXES = (
         sqlite="daily_summaries (id, created_at, user_id) WHERE content IS NULL",
     ),
 )
+
+# The app-side guarantee: at most one active job per (job_type, target_id), whoever inserts
+# it. The app's own enqueue does not take batch_pipeline's advisory lock, so without it the
+# two can race into two active jobs for one target (River's and Oban's unique jobs do the
+# same). batch_pipeline inserts with ON CONFLICT DO NOTHING, so with it a race is a skipped
+# row (skipped_by_race), never a failed batch. `create-indexes` does not build it: it changes
+# the app's own behaviour (its second enqueue of an active target then fails), so it is SAN's
+# team's decision; `show-indexes` and `doctor` offer it, its cost is in docs/benchmarks.md.
+APP_ONE_ACTIVE_JOB = RecommendedIndex(
+    name="ux_san_jobs_one_active",
+    table="jobs",
+    why="at most one PENDING/PROCESSING job per (job_type, target_id), whoever enqueues it",
+    postgresql="jobs (job_type, target_id) WHERE status IN ('PENDING', 'PROCESSING')",
+    sqlite="jobs (job_type, target_id) WHERE status IN ('PENDING', 'PROCESSING')",
+)
+
+
+def app_guarantee_statement(dialect_name: str) -> str:
+    concurrently = " CONCURRENTLY" if dialect_name == "postgresql" else ""
+    body = APP_ONE_ACTIVE_JOB.postgresql if dialect_name == "postgresql" else APP_ONE_ACTIVE_JOB.sqlite
+    return f"CREATE UNIQUE INDEX{concurrently} IF NOT EXISTS {APP_ONE_ACTIVE_JOB.name} ON {body}"
+
+
+def app_guarantee_index(conn: Connection) -> str | None:
+    """The name of a valid unique index on jobs (job_type, target_id), whatever the app calls
+    it (partial on the active statuses, or over every row), or None."""
+    from batch_pipeline.san.dialects import dialect  # the dialect modules import this one
+
+    names = [ix["name"] for ix in inspect(conn).get_indexes("jobs")
+             if ix.get("unique") and set(ix["column_names"]) == {"job_type", "target_id"}]
+    invalid = set(dialect(conn).invalid_indexes(conn, names)) if names else set()
+    return next((name for name in names if name not in invalid), None)
+
+
+def targets_with_two_active_jobs(conn: Connection) -> int:
+    """(job_type, target_id) pairs with more than one active job now: the unique index cannot
+    be built until they are closed. Reads active jobs only (ix_san_jobs_active_created)."""
+    doubled = (select(jobs.c.job_type, jobs.c.target_id).where(jobs.c.status.in_(ACTIVE_STATUSES))
+               .group_by(jobs.c.job_type, jobs.c.target_id).having(func.count() > 1).subquery())
+    return conn.execute(select(func.count()).select_from(doubled)).scalar_one()
+
 
 # Indexes an earlier release recommended and a newer one replaces: `create-indexes` drops them
 # once their replacement exists; `doctor` and the recovery_indexes check point them out.

@@ -26,7 +26,7 @@ from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.enqueue import BatchWritten, JobSource, enqueue, run_in_batches
 from batch_pipeline.san.frames import INT, FrameSchema
 from batch_pipeline.san.dialects import dialect
-from batch_pipeline.san.schema import TIL_GENERATION, daily_summaries, knowledge_cards, scraps, users
+from batch_pipeline.san.schema import TIL_GENERATION, daily_summaries, jobs, knowledge_cards, scraps, users
 
 AREA = "til_auto_generation"
 
@@ -70,12 +70,23 @@ def detect_users_of_day(conn: Connection, start: datetime, end: datetime) -> pd.
     return USERS_OF_DAY.from_rows(conn.execute(users_of_day_query(start, end)))
 
 
-def users_done_in_run(conn: Connection, day: date, run_started_at: datetime) -> set[int]:
-    """Users this run (or an earlier attempt of it) already gave a summary for D."""
-    query = select(daily_summaries.c.user_id).where(
+def done_in_run(conn: Connection, day: date, run_started_at: datetime) -> dict[int, int]:
+    """The summaries this run (an earlier attempt of its step, or the run it re-executes)
+    already created for D: user id -> summary id."""
+    query = select(daily_summaries.c.user_id, daily_summaries.c.id).where(
         and_(daily_summaries.c.target_date == day, daily_summaries.c.created_at == run_started_at)
     )
-    return set(conn.execute(query).scalars())
+    return dict(conn.execute(query).all())
+
+
+def jobs_of_summaries(conn: Connection, summary_ids: Sequence[int]) -> list[int]:
+    """The TIL_GENERATION job each summary was created with (its first one)."""
+    if not summary_ids:
+        return []
+    query = (select(func.min(jobs.c.id)).where(jobs.c.job_type == TIL_GENERATION,
+                                              dialect(conn).id_in(jobs.c.target_id, list(summary_ids)))
+             .group_by(jobs.c.target_id))
+    return sorted(conn.execute(query).scalars())
 
 
 def users_with_an_earlier_til(conn: Connection, user_ids: Sequence[int], day: date, run_started_at: datetime) -> int:
@@ -192,10 +203,12 @@ def create_daily_tils(
         day=day, day_start_utc=bounds[0], day_end_utc=bounds[1], dry_run=dry_run, run_started_at=run_started_at,
         active_users=len(active), users_waiting_for_cards=int((users["card_count"] == 0).sum()),
     )
-    done: set[int] = set()
+    done: dict[int, int] = {}
+    earlier_jobs: list[int] = []
     with engine.connect() as conn:
         if earlier_attempt_possible:
-            done = users_done_in_run(conn, day, run_started_at)
+            done = done_in_run(conn, day, run_started_at)
+            earlier_jobs = jobs_of_summaries(conn, sorted(done.values()))
         todo = [u for u in active if u not in done]
         if count_earlier_tils:
             report.users_with_an_earlier_til = users_with_an_earlier_til(conn, todo, day, run_started_at)
@@ -208,8 +221,9 @@ def create_daily_tils(
         lambda conn, batch: create_batch(conn, batch, day, run_started_at, now, dispatcher.statement_channel),
         limits,
     )
-    report.summary_ids = [summary_id for batch in results for summary_id, _user in batch.summaries]
-    report.job_ids = [job.job_id for batch in results for job in batch.jobs]
+    # The audit covers every attempt: what an earlier one committed before it failed, then this one's.
+    report.summary_ids = sorted(done.values()) + [summary_id for batch in results for summary_id, _user in batch.summaries]
+    report.job_ids = earlier_jobs + [job.job_id for batch in results for job in batch.jobs]
     report.users_gone = [user_id for batch in results for user_id in batch.users_gone]
     report.summaries_created = len(report.summary_ids)
     report.jobs_created = len(report.job_ids)

@@ -251,17 +251,24 @@ class KillsItsOwnConnectionOnce(JobDispatcherResource):
 KILLED: list = []
 
 
-def test_a_killed_connection_fails_the_step_and_the_retry_finishes_the_work(pg_db):
-    ghosts = [pg_db.job(CARD_ANALYSIS, target, PENDING, created_at=pg_db.ago(hours=1)) for target in range(6)]
+def run_with_its_connection_killed_in_batch_2(db):
+    """A recovery_job run (2 rows per batch) whose first area with two batches loses its
+    connection in the second; the step's retry must finish. Returns (result, instance)."""
     KILLED.clear()
     instance = DagsterInstance.ephemeral()
     result = defs.resolve_job_def("recovery_job").execute_in_process(
         run_config=recovery_run_config({"batch_size": 2}),
-        resources={"san_database": SanDatabase(url=pg_db.url), "job_dispatcher": KillsItsOwnConnectionOnce(admin_url=pg_db.url)},
+        resources={"san_database": SanDatabase(url=db.url), "job_dispatcher": KillsItsOwnConnectionOnce(admin_url=db.url)},
         instance=instance,
         raise_on_error=False,
     )
     assert KILLED and result.success
+    return result, instance
+
+
+def test_a_killed_connection_fails_the_step_and_the_retry_finishes_the_work(pg_db):
+    ghosts = [pg_db.job(CARD_ANALYSIS, target, PENDING, created_at=pg_db.ago(hours=1)) for target in range(6)]
+    result, instance = run_with_its_connection_killed_in_batch_2(pg_db)
     retries = [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
     assert [e.step_key for e in retries] == [step_key("recover_ghost_jobs")]
     causes, error = [], retries[0].event_specific_data.error
@@ -272,6 +279,27 @@ def test_a_killed_connection_fails_the_step_and_the_retry_finishes_the_work(pg_d
     for ghost, target in zip(ghosts, range(6)):
         assert pg_db.get_job(ghost).status == FAILED
         assert [j.status for j in pg_db.jobs(target_id=target)] == [FAILED, PENDING]  # closed once, one replacement
+    # The audit trail is exact across the retry: the 2 ghosts the failed attempt closed and
+    # replaced are in the run's materialization, not missing nor counted as races.
+    meta = latest_metadata(instance, "ghost_job_recovery")
+    assert (meta["enqueued"], meta["skipped_by_race"], meta["earlier_attempts"]) == (6, 0, 1)
+    assert sorted(r["failed_job_id"] for r in meta["recovered"]) == sorted(ghosts)
+    assert sorted(r["new_job_id"] for r in meta["recovered"]) == sorted(
+        j.id for t in range(6) for j in pg_db.jobs(target_id=t) if j.status == PENDING)
+    [partial] = instance.fetch_observations(AssetKey("ghost_job_recovery"), limit=10).records
+    assert partial.asset_observation.metadata["enqueued"].value == 2  # what the failed attempt committed
+
+
+def test_a_killed_connection_in_a_target_recovery_keeps_its_audit_trail_exact(pg_db):
+    user = pg_db.user()
+    orphans = [pg_db.scrap(user, created_at=pg_db.ago(hours=1), refined=True, card=False) for _ in range(6)]
+    _result, instance = run_with_its_connection_killed_in_batch_2(pg_db)
+    for scrap in orphans:
+        assert len(pg_db.jobs(target_id=scrap)) == 1  # one job each, the retry doubled nothing
+    meta = latest_metadata(instance, "orphan_scrap_recovery")
+    assert (meta["detected"], meta["enqueued"], meta["skipped_by_race"], meta["earlier_attempts"]) == (6, 6, 0, 1)
+    assert sorted(r["scrap_id"] for r in meta["recovered"]) == sorted(orphans)
+    assert sorted(r["new_job_id"] for r in meta["recovered"]) == sorted(j.id for s in orphans for j in pg_db.jobs(target_id=s))
 
 
 def test_ages_are_measured_with_the_database_clock_not_the_hosts(san_db, monkeypatch):

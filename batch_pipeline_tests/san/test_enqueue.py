@@ -10,7 +10,7 @@ from sqlalchemy import text
 from batch_pipeline.san.database import write_transaction
 from batch_pipeline.san.enqueue import Eligibility, EnqueueRequest, enqueue_jobs
 from batch_pipeline.san.schema import (
-    CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, SCRAP_REFINE, scraps,
+    CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, SCRAP_REFINE, app_guarantee_statement, scraps,
 )
 from batch_pipeline_tests.conftest import PG_WRITE_PATHS, WRITE_PATHS, san_database_on_path
 
@@ -84,9 +84,8 @@ def test_a_job_in_an_unknown_status_counts_as_active_at_write_time(db):
     assert sorted(outcome.already_active) == [1, 2] and [j.target_id for j in outcome.created] == [3]
 
 
-# What issue 15 recommends SAN's app to add: at most one active job per (job_type, target_id).
-APP_UNIQUE_ACTIVE_JOB = ("CREATE UNIQUE INDEX ux_app_one_active_job ON jobs (job_type, target_id) "
-                         "WHERE status IN ('PENDING', 'PROCESSING')")
+# What show-indexes and doctor offer SAN's app: at most one active job per (job_type, target_id).
+APP_UNIQUE_ACTIVE_JOB = app_guarantee_statement("sqlite")  # the same statement, without CONCURRENTLY
 
 
 @pytest.mark.parametrize("path", PG_WRITE_PATHS)

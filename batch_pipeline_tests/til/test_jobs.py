@@ -154,7 +154,10 @@ def test_a_retried_op_does_not_duplicate_anyone(san_db, request):
     assert sorted(s.user_id for s in san_db.summaries()) == users
     assert len(san_db.jobs()) == 5
     meta = til_metadata(instance, "2026-11-28")
-    assert (meta["already_done_in_run"], meta["summaries_created"]) == (2, 3)
+    # the audit covers both attempts: the 2 summaries the failed one committed, the retry's 3
+    assert (meta["already_done_in_run"], meta["summaries_created"], meta["jobs_created"]) == (2, 5, 5)
+    assert sorted(meta["summary_ids"]) == sorted(s.id for s in san_db.summaries())
+    assert sorted(meta["job_ids"]) == sorted(j.id for j in san_db.jobs())
 
 
 class DiesOnSecondBatchForGood(Dispatcher):
@@ -193,7 +196,10 @@ def test_a_run_re_executed_after_a_failure_does_not_duplicate_anyone(san_db):
     assert sorted(s.user_id for s in san_db.summaries()) == users
     assert len(san_db.jobs()) == 5
     meta = til_metadata(instance, "2026-11-28")
-    assert (meta["already_done_in_run"], meta["summaries_created"]) == (2, 3)
+    # the audit covers both attempts: the 2 summaries the failed one committed, the retry's 3
+    assert (meta["already_done_in_run"], meta["summaries_created"], meta["jobs_created"]) == (2, 5, 5)
+    assert sorted(meta["summary_ids"]) == sorted(s.id for s in san_db.summaries())
+    assert sorted(meta["job_ids"]) == sorted(j.id for j in san_db.jobs())
 
 
 def til_observations(instance, partition):
