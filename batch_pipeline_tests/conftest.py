@@ -44,17 +44,22 @@ def schema_url(base: str, schema: str) -> str:
 class SanDb:
     """A SAN database for one test, with small helpers to build a state and read it back."""
 
-    def __init__(self, url: str, engine: Engine, kind: str):
+    def __init__(self, url: str, engine: Engine, kind: str, nickname: str | None = None):
         self.url = url
         self.engine = engine
         self.kind = kind
+        self.nickname = nickname  # of the users it makes: a sandbox's are the sandbox's own
         self.now = utc_now()
 
     def ago(self, **delta) -> datetime:
         return self.now - timedelta(**delta)
 
-    def user(self) -> int:
+    def user(self, nickname: str | None = None) -> int:
+        nickname = nickname or self.nickname
         with self.engine.begin() as conn:
+            if nickname is not None:  # the app's DDL has it; the pipeline's own tables do not
+                return conn.execute(text("INSERT INTO users (nickname) VALUES (:nickname) RETURNING id"),
+                                    {"nickname": nickname}).scalar_one()
             if self.kind == "sqlite":
                 return conn.execute(insert(users).values(id=None).returning(users.c.id)).scalar_one()
             return conn.execute(text("INSERT INTO users DEFAULT VALUES RETURNING id")).scalar_one()

@@ -72,3 +72,12 @@ def test_the_app_guarantee_benchmark_runs_and_builds_the_index_it_measures():
     assert set(figures) == {"without", "with", "build"} and figures["build"]["mb"] > 0
     assert set(figures["with"]) == {"app insert ms", "worker claim ms", "worker complete ms", "recovery batch ms"}
     assert any(line.startswith("CREATE UNIQUE INDEX CONCURRENTLY ux_san_jobs_one_active") for line in lines)
+
+
+def test_the_lock_contention_benchmark_runs_every_writer_at_once_and_all_succeed():
+    from bench.lock_contention import run
+
+    lines = []
+    rows = run(pg_admin_url(), scale=0.01, days=2, old=False, out=lines.append, start_delay_s=8)
+    assert sorted(job for job, *_ in rows) == ["recovery_job", "til_auto_generation_job", "til_auto_generation_job"]
+    assert all(success for _job, _key, success, *_ in rows), lines

@@ -148,5 +148,5 @@ def write_transaction(engine: Engine, limits: WriteLimits = WriteLimits()) -> It
     with engine.begin() as conn:
         sql = dialect(conn)
         sql.bound_waits(conn, limits)
-        sql.take_write_lock(conn)  # serialises batch_pipeline's writers, never SAN's workers
+        sql.take_write_lock(conn, limits)  # serialises batch_pipeline's writers, never SAN's workers
         yield conn

@@ -13,7 +13,7 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Engine
 
 from batch_pipeline.sandbox.ai import POISON_MARKER
-from batch_pipeline.sandbox.app_schema import app_scraps, app_users
+from batch_pipeline.sandbox.app_schema import SANDBOX_NICKNAME, app_scraps, app_users, require_sandbox
 from batch_pipeline.sandbox.faults import Faults
 from batch_pipeline.san.database import utc_now
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
@@ -41,7 +41,8 @@ def ensure_users(engine: Engine, count: int) -> list[int]:
     with engine.begin() as conn:
         have = conn.execute(select(func.count()).select_from(app_users)).scalar_one()
         if have < count:
-            conn.execute(insert(app_users), [{"nickname": f"learner {i}", "created_at": utc_now()} for i in range(have, count)])
+            conn.execute(insert(app_users), [{"nickname": f"{SANDBOX_NICKNAME} {i}", "created_at": utc_now()}
+                                          for i in range(have, count)])
         return list(conn.execute(select(app_users.c.id).order_by(app_users.c.id).limit(count)).scalars())
 
 
@@ -55,6 +56,7 @@ def save_scraps(engine: Engine, dispatcher: Dispatcher, *, count: int, users: in
                 faults: Faults = Faults(), rng: random.Random | None = None) -> LoadReport:
     """`count` users' scraps saved one by one, as the app does, with the app's faults."""
     rng = rng or random.Random(faults.seed)
+    require_sandbox(engine)
     user_ids = ensure_users(engine, users)
     report = LoadReport()
     for _ in range(count):

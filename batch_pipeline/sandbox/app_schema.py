@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sqlalchemy import (
     JSON, Column, Date, DateTime, ForeignKey, Integer, MetaData, REAL, String, Table, Text,
-    func, inspect, insert, select, text,
+    func, inspect, insert, or_, select, text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection, Engine
@@ -105,13 +105,36 @@ def is_sandbox(conn: Connection) -> bool:
     return conn.execute(select(func.count()).select_from(sandbox_marker)).scalar_one() > 0
 
 
+# Every user the sandbox creates is named so. A user named otherwise is somebody else's (the
+# app's real users arrived after `init` on an empty production database): the marker alone
+# would not stop the sandbox from rewriting their timestamps or working their jobs.
+SANDBOX_NICKNAME = "sandbox learner"
+
+
+def foreign_user(conn: Connection) -> int | None:
+    """The id of a user the sandbox did not create, if there is one."""
+    nickname = app_users.c.nickname
+    return conn.execute(select(app_users.c.id).where(or_(nickname.is_(None), ~nickname.startswith(SANDBOX_NICKNAME,
+                                                                                                  autoescape=True)))
+                        .limit(1)).scalar()
+
+
 def require_sandbox(engine: Engine) -> None:
+    """Every entry point that writes calls this first: a sandbox database, holding no user the
+    sandbox did not create."""
     with engine.connect() as conn:
         if not is_sandbox(conn):
             raise NotASandbox(
                 f"{redacted(engine.url)} is not a sandbox database (no "
                 "san_sandbox table): the sandbox rewrites timestamps and plays workers, so it only "
                 "runs on a database made by `python -m batch_pipeline.sandbox init`"
+            )
+        stranger = foreign_user(conn)
+        if stranger is not None:
+            raise NotASandbox(
+                f"{redacted(engine.url)} is marked as a sandbox but holds users the sandbox did not create "
+                f"(user {stranger}): real users have arrived, so it is not a sandbox any more and the sandbox "
+                "writes nothing to it"
             )
 
 

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import insert, select, text
 from sqlalchemy.engine import Connection, Engine
 
-from batch_pipeline.sandbox.app_schema import app_knowledge_cards, init_sandbox
+from batch_pipeline.sandbox.app_schema import SANDBOX_NICKNAME, app_knowledge_cards, app_users, init_sandbox, require_sandbox
 from batch_pipeline.san.database import utc_now
 from batch_pipeline.san.schema import (
     CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, SCRAP_REFINE,
@@ -25,10 +25,11 @@ def seed_demo_state(engine: Engine, now: datetime | None = None) -> dict[str, in
     """
     now = now or utc_now()
     init_sandbox(engine)
+    require_sandbox(engine)  # marked once, but real users may have arrived since
     with engine.begin() as conn:
         if conn.execute(select(users.c.id).limit(1)).first():
             return {}  # already seeded
-        conn.execute(insert(users), [{"id": i} for i in range(1, DEMO_USERS + 1)])
+        conn.execute(insert(app_users), [{"id": i, "nickname": f"{SANDBOX_NICKNAME} {i}"} for i in range(1, DEMO_USERS + 1)])
         scrap_rows, card_rows, job_rows = [], [], []
         next_job = 1
 

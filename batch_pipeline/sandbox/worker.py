@@ -27,7 +27,7 @@ from sqlalchemy import and_, exists, select, update
 from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.sandbox import ai
-from batch_pipeline.sandbox.app_schema import app_daily_summaries, app_knowledge_cards, app_scraps
+from batch_pipeline.sandbox.app_schema import app_daily_summaries, app_knowledge_cards, app_scraps, require_sandbox
 from batch_pipeline.sandbox.events import JobEvents
 from batch_pipeline.sandbox.faults import Faults
 from batch_pipeline.san.database import utc_now
@@ -106,6 +106,7 @@ class ReferenceWorker:
     """One SAN worker. `drain()` handles every announced job until the channel is quiet."""
 
     def __init__(self, engine: Engine, events: JobEvents, faults: Faults = Faults(), timezone: str | None = None):
+        require_sandbox(engine)  # it claims and completes jobs: never a real SAN's
         self.engine, self.events, self.faults = engine, events, faults
         self.timezone = timezone or san_timezone_name()
         self.stats = WorkerStats()
@@ -120,6 +121,7 @@ class ReferenceWorker:
         announced job until nothing is heard for idle_s. Returns this drain's stats."""
         if reset:
             self.stats = WorkerStats()
+        require_sandbox(self.engine)  # real users may have arrived since it started
         self.finish_slow_jobs(due_before=float("inf"))
         while job_ids := self.events.next_job_ids(idle_s):
             for job_id in job_ids:
@@ -139,6 +141,7 @@ class ReferenceWorker:
     def run_for(self, seconds: float, slow_delay_s: float, poll_s: float = 0.5) -> None:
         """Live mode: handle jobs as they come; a slow job finishes slow_delay_s after its claim."""
         self.slow_delay_s = slow_delay_s
+        require_sandbox(self.engine)
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             for job_id in self.events.next_job_ids(poll_s):

@@ -93,3 +93,45 @@ def test_a_libpq_password_parameter_is_redacted_like_the_password_itself():
     assert "s3cr3t" not in shown and "k3y" not in shown
     assert "sslmode=require" in shown and "password=***" in shown
     assert redacted("redis://:r3d1s@cache:6379/0") == "redis://:***@cache:6379/0"
+
+
+def test_a_writer_waits_for_another_batch_pipeline_batch_past_lock_timeout_but_not_for_an_app_lock(pg_db):
+    """Several TIL days of a backfill and a recovery run take turns at the write lock: a batch
+    longer than lock_timeout must not fail the others. A table the app (a migration) holds
+    still fails within lock_timeout."""
+    import threading
+    import time
+
+    from sqlalchemy.exc import OperationalError
+
+    limits = WriteLimits(lock_timeout_ms=200, statement_timeout_ms=10_000)
+    holding, release = threading.Event(), threading.Event()
+
+    def slow_batch():
+        with write_transaction(pg_db.engine, limits):
+            holding.set()
+            release.wait(10)
+
+    other = threading.Thread(target=slow_batch)
+    other.start()
+    try:
+        holding.wait(10)
+        threading.Timer(1.0, release.set).start()  # a batch of 1 s, five times the lock_timeout
+        started = time.monotonic()
+        with write_transaction(pg_db.engine, limits) as conn:
+            waited = time.monotonic() - started
+            assert conn.execute(text("SELECT current_setting('lock_timeout')")).scalar_one() == "200ms"
+    finally:
+        release.set()
+        other.join()
+    assert waited >= 0.8  # it waited its turn instead of failing after 200 ms
+    app = pg_db.engine.connect()
+    app_transaction = app.begin()
+    app.execute(text("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE"))  # a migration
+    try:
+        with pytest.raises(OperationalError, match="lock timeout"):
+            with write_transaction(pg_db.engine, limits) as conn:
+                conn.execute(text("SELECT count(*) FROM jobs"))
+    finally:
+        app_transaction.rollback()
+        app.close()

@@ -6,7 +6,7 @@ database, so a test's workers must not hear another test's jobs.
 
 import pytest
 
-from batch_pipeline.sandbox.app_schema import init_sandbox
+from batch_pipeline.sandbox.app_schema import SANDBOX_NICKNAME, init_sandbox
 from batch_pipeline.sandbox.scratch import scratch_database
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline_tests.conftest import SanDb, pg_admin_url
@@ -31,13 +31,13 @@ def sandbox(request, tmp_path):
         url = f"sqlite:///{tmp_path / 'sandbox.sqlite'}"
         engine = create_san_engine(url)
         init_sandbox(engine)
-        yield SanDb(url, engine, "sqlite")
+        yield SanDb(url, engine, "sqlite", nickname=f"{SANDBOX_NICKNAME} of a test")
         engine.dispose()
         return
     with scratch_database(pg_server_url(), prefix="bp_test_sandbox") as url:
         engine = create_san_engine(url)
         init_sandbox(engine)
-        yield SanDb(url, engine, "postgres")
+        yield SanDb(url, engine, "postgres", nickname=f"{SANDBOX_NICKNAME} of a test")
         engine.dispose()
 
 

@@ -77,8 +77,14 @@ def database_now(conn: Connection) -> datetime:
     return conn.execute(text("SELECT now()")).scalar_one()
 
 
-def take_write_lock(conn: Connection) -> None:
+def take_write_lock(conn: Connection, limits: WriteLimits) -> None:
+    """Wait for batch_pipeline's other writers (another area, a TIL day of a backfill) as long
+    as one of their statements may run, not `lock_timeout`: that bound is for the app's locks
+    (a migration holding a table), and a queue of our own busy batches is no such thing. Then
+    `lock_timeout` again for every table lock of the batch."""
+    conn.execute(text("SELECT set_config('lock_timeout', :wait, true)"), {"wait": str(int(limits.statement_timeout_ms))})
     conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITE_LOCK_KEY})
+    conn.execute(text("SELECT set_config('lock_timeout', :lock, true)"), {"lock": str(int(limits.lock_timeout_ms))})
 
 
 def prefer_the_indexes(index_names: Sequence[str]):

@@ -46,7 +46,7 @@ def database_now(conn: Connection) -> datetime:
     return datetime.fromisoformat(value).replace(tzinfo=timezone.utc)
 
 
-def take_write_lock(conn: Connection) -> None:
+def take_write_lock(conn: Connection, limits: WriteLimits) -> None:
     """Nothing to take: BEGIN IMMEDIATE (configure_engine) already holds the write lock."""
 
 
