@@ -221,7 +221,7 @@ def test_a_locked_table_is_reported_as_a_lock_timeout_not_waited_on(pg_db):
     assert failure.step_key == step_key("check_san_database")  # the first op, reading the catalog
     error = failure.step_failure_data.error
     assert "lock timeout" in (error.message + (error.cause.message if error.cause else ""))
-    assert waited < 60  # two retries (3 s, 6 s) of a 0.2 s lock wait, not a hang
+    assert waited < 60  # two retries (3 s, then 9 s: exponential) of a 0.2 s lock wait, not a hang
     assert pg_db.get_job(ghost).status == PENDING
 
 
