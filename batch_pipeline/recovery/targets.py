@@ -28,7 +28,7 @@ from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.enqueue import BatchWritten, Eligibility, EnqueueRequest, JobSource, enqueue, run_in_batches
 from batch_pipeline.san.database import WriteLimits, read_transaction
 from batch_pipeline.san.frames import FRAME_MIN, INT, UTC_DATETIME, FrameSchema, frame_instant
-from batch_pipeline.san.schema import holds_its_target, jobs
+from batch_pipeline.san.schema import FAILED, holds_its_target, jobs
 
 if TYPE_CHECKING:
     from batch_pipeline.recovery.config import RecoveryConfig
@@ -181,8 +181,11 @@ def detect_targets(
 
 def last_attempts_ended(engine: Engine, recovery: TargetRecovery, healed: pd.DataFrame,
                         limits: WriteLimits = WriteLimits()) -> pd.Series:
-    """For the targets just healed: when their latest earlier attempt ended (the new job left
-    out), else their `waiting_since`. One bounded lookup by id, for the audit's heal ages only."""
+    """For the targets just healed: when their latest earlier attempt failed (the new job left
+    out), else their `waiting_since`. One lookup by id for the audit's heal ages only, over
+    FAILED jobs: the partial ix_san_jobs_failed_updated holds every column it needs, where
+    ix_san_jobs_target would fetch each of the targets' jobs from the heap for its updated_at
+    (docs/benchmarks.md, "Figures behind the code")."""
     key = recovery.id_key
     if healed.empty or not healed["attempts"].any():
         return healed["waiting_since"]
@@ -190,12 +193,12 @@ def last_attempts_ended(engine: Engine, recovery: TargetRecovery, healed: pd.Dat
     with read_transaction(engine, limits) as conn:
         ended = dict(conn.execute(
             select(jobs.c.target_id, func.max(jobs.c.updated_at))
-            .where(jobs.c.job_type == recovery.job_type, dialect(conn).id_in(jobs.c.target_id, with_attempts),
-                   ~holds_its_target(jobs.c.status))
+            .where(jobs.c.status == FAILED, jobs.c.job_type == recovery.job_type,
+                   dialect(conn).id_in(jobs.c.target_id, with_attempts))
             .group_by(jobs.c.target_id)
         ).all())
-    latest = pd.Series([ended.get(target) for target in healed[key].tolist()], index=healed.index, dtype=object)
-    latest = pd.to_datetime(latest.map(lambda value: value if value is not None else pd.NaT), utc=True, errors="coerce")
+    latest = pd.to_datetime(pd.Series([ended.get(target) for target in healed[key].tolist()], index=healed.index,
+                                      dtype=object), utc=True, errors="coerce")
     return latest.fillna(healed["waiting_since"]).clip(lower=pd.Timestamp(FRAME_MIN))
 
 

@@ -11,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, DagsterEventType, DagsterInstance, RunsFilter
+from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster_graphql import DagsterGraphQLClient
 from sqlalchemy import func, select
 
@@ -75,6 +75,9 @@ def test_make_run_serves_the_ui_on_a_living_sandbox(tmp_path):
             # and recovery_schedule keeps up with the sandbox's clock on its own (every minute)
             wait_for(lambda: instance.get_runs(RunsFilter(job_name="recovery_job", tags={"dagster/schedule_name": "recovery_schedule"})),
                      150, "a scheduled recovery run")
+            # and the fast lane heals the demo's failed AI calls and app deaths between those runs
+            wait_for(lambda: instance.get_runs(RunsFilter(job_name="fast_heal_job", statuses=[DagsterRunStatus.SUCCESS])),
+                     150, "a fast_heal_job run requested by fast_heal_sensor")
     finally:
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C, as a user stops `make run`
         try:
