@@ -280,5 +280,7 @@ def retries_metadata(reports: list[RecoveryReport]) -> dict:
         **heal_age_metadata([age for report in reports for age in report.heal_ages_seconds]),
         "by_area": {report.area: {name: getattr(report, name) for name in counts} for report in reports},
         **capped_ids(recovered=[{"area": report.area, **pair} for report in reports for pair in report.recovered]),
+        **({"earlier_attempts": max(report.earlier_attempts for report in reports)}
+           if any(report.earlier_attempts for report in reports) else {}),
         "thresholds": reports[0].thresholds if reports else {},
     }

@@ -7,7 +7,7 @@ the `settings` input.
 """
 
 from dagster import (
-    AssetKey, AssetObservation, DagsterEventType, In, Nothing, OpDefinition, OpExecutionContext, Out, Output, op,
+    AssetObservation, In, Nothing, OpDefinition, OpExecutionContext, Out, Output, op,
 )
 
 from batch_pipeline.recovery import checks, ghost_jobs
@@ -17,7 +17,8 @@ from batch_pipeline.recovery.registry import RECOVERIES
 from batch_pipeline.san.database import database_now, read_transaction
 from batch_pipeline.san.memory import paused_gc
 from batch_pipeline.san.ops import (
-    DATABASE_RETRY, as_metadata, retried_only_if_transient, san_database_check_op, warn_about_unannounced_jobs,
+    DATABASE_RETRY, as_metadata, committed_by_failed_attempts, retried_only_if_transient, san_database_check_op,
+    warn_about_unannounced_jobs,
 )
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 
@@ -58,20 +59,7 @@ def audited_across_attempts(context: OpExecutionContext, area: str, recover) -> 
             context.log.warning(f"{area}: attempt {context.retry_number + 1} failed after committing {partial.changed} "
                                 "change(s); a retry's audit trail includes them")
         raise
-    return report.merge_committed(committed_by_failed_attempts(context, area)) if context.retry_number else report
-
-
-def committed_by_failed_attempts(context: OpExecutionContext, area: str) -> list[dict]:
-    """What earlier attempts of this step in this run committed before they failed."""
-    records = context.instance.get_records_for_run(context.run_id, of_type=DagsterEventType.ASSET_OBSERVATION).records
-    committed = []
-    for record in records:
-        observation = record.event_log_entry.asset_observation
-        if (observation is not None and observation.asset_key == AssetKey(area)
-                and record.event_log_entry.step_key == str(context.op_handle)
-                and COMMITTED_BY_FAILED_ATTEMPT in observation.metadata):
-            committed.append({key: value.value for key, value in observation.metadata.items()})
-    return committed
+    return report.merge_committed(committed_by_failed_attempts(context, area, COMMITTED_BY_FAILED_ATTEMPT)) if context.retry_number else report
 
 
 def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:

@@ -120,16 +120,18 @@ class RecoveryReport:
     def committed_metadata(self, failed_attempt: int) -> dict:
         """The audit of an attempt that failed after some batches committed: what they did,
         for the retry to add to its own (merge_committed)."""
-        return {**self.metadata(), COMMITTED_BY_FAILED_ATTEMPT: failed_attempt, "changed": self.changed,
+        return {**self.metadata(), COMMITTED_BY_FAILED_ATTEMPT: failed_attempt, "area": self.area, "changed": self.changed,
                 "heal_ages_seconds": self.heal_ages_seconds[:AUDIT_ID_LIMIT]}
 
-    def merge_committed(self, earlier: list[dict]) -> "RecoveryReport":
+    def merge_committed(self, earlier: list[dict], same_candidates: bool = True) -> "RecoveryReport":
         """This attempt's report plus what earlier, failed attempts of the step committed (their
-        committed_metadata): the same candidates, so what they changed this attempt found
-        changed and counted as races; it was this run's own work."""
+        committed_metadata). With `same_candidates` (recovery_job: the detect op's frame is
+        not re-read) what they changed this attempt found changed and counted as races: it
+        was this run's own work. Without (the fast lane re-detects) it was not a candidate."""
         for attempt in earlier:
             self.enqueued += attempt["enqueued"]
-            self.skipped_by_race = max(0, self.skipped_by_race - attempt["changed"])
+            if same_candidates:
+                self.skipped_by_race = max(0, self.skipped_by_race - attempt["changed"])
             self.recovered = attempt["recovered"] + self.recovered
             # the targets at the cap at detection are exhausted in both attempts: count them once
             earlier_exhausted = set(attempt["exhausted_ids"])

@@ -8,7 +8,10 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from dagster import Backoff, Config, ConfigArgumentWarning, Failure, MetadataValue, OpExecutionContext, RetryPolicy, op
+from dagster import (
+    AssetKey, Backoff, Config, ConfigArgumentWarning, DagsterEventType, Failure, MetadataValue, OpExecutionContext,
+    RetryPolicy, op,
+)
 from sqlalchemy.exc import DBAPIError
 
 from batch_pipeline.san.database import redacted
@@ -110,3 +113,16 @@ def san_database_check_op(config_class: type[Config], name: str):
         return config
 
     return check_san_database
+
+
+def committed_by_failed_attempts(context: OpExecutionContext, asset: str, marker: str) -> list[dict]:
+    """The metadata of the observations of `asset` that earlier attempts of this step, in this
+    run, logged (marked by `marker`) before they failed: what they had committed."""
+    records = context.instance.get_records_for_run(context.run_id, of_type=DagsterEventType.ASSET_OBSERVATION).records
+    committed = []
+    for record in records:
+        observation = record.event_log_entry.asset_observation
+        if (observation is not None and observation.asset_key == AssetKey(asset)
+                and record.event_log_entry.step_key == str(context.op_handle) and marker in observation.metadata):
+            committed.append({key: value.value for key, value in observation.metadata.items()})
+    return committed

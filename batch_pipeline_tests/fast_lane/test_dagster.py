@@ -163,3 +163,27 @@ def test_an_invalid_index_counts_as_missing(pg_db):
         conn.execute(text("UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass('ix_san_jobs_target')"))
         assert missing_valid_indexes(conn, ["ix_san_jobs_active_created", "ix_san_jobs_target", "nope"]) == [
             "ix_san_jobs_target", "nope"]
+
+
+def test_a_killed_connection_in_a_fast_heal_run_keeps_its_audit_trail_exact(pg_db):
+    """The lane's retry detects anew, so the targets the failed attempt enqueued are no longer
+    due: without the failed attempt's observation they would appear in no materialization."""
+    from batch_pipeline_tests.recovery.test_jobs import KILLED, KillsItsOwnConnectionOnce
+
+    create_recommended_indexes(pg_db.engine)
+    user = pg_db.user()
+    saved = [pg_db.scrap(user, created_at=pg_db.ago(minutes=12), refined=True, card=False) for _ in range(6)]
+    KILLED.clear()
+    instance = DagsterInstance.ephemeral()
+    result = defs.resolve_job_def(fast_heal_job.name).execute_in_process(
+        run_config={"ops": {"fast_heal": {"config": {"batch_size": 2}}}}, instance=instance, raise_on_error=False,
+        resources={"san_database": SanDatabase(url=pg_db.url), "job_dispatcher": KillsItsOwnConnectionOnce(admin_url=pg_db.url)})
+    assert KILLED and result.success
+    assert [e.step_key for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"] == ["fast_heal"]
+    for scrap in saved:
+        assert len(pg_db.jobs(target_id=scrap)) == 1  # an app death healed once, not twice
+    retried = latest_metadata(instance, RETRIES_ASSET)
+    assert (retried["enqueued"], retried["earlier_attempts"]) == (6, 1)
+    assert retried["by_area"]["orphan_scrap_recovery"]["enqueued"] == 6
+    assert sorted(r["scrap_id"] for r in retried["recovered"]) == sorted(saved)
+    assert sorted(r["new_job_id"] for r in retried["recovered"]) == sorted(j.id for s in saved for j in pg_db.jobs(target_id=s))
