@@ -102,7 +102,9 @@ def test_a_retried_run_does_not_give_anyone_a_second_summary(san_db):
     assert len(san_db.jobs()) == 2
 
     retry = create(san_db, users_of(san_db), run_started_at=started, batch_size=2)
-    assert (retry.already_done_in_run, retry.summaries_created) == (2, 3)
+    # the report covers both attempts: the 2 summaries of the failed one, the retry's 3
+    assert (retry.already_done_in_run, retry.summaries_created, retry.jobs_created) == (2, 5, 5)
+    assert sorted(retry.summary_ids) == [s.id for s in san_db.summaries()]
     assert sorted(s.user_id for s in san_db.summaries()) == users
     assert sorted(j.target_id for j in san_db.jobs()) == [s.id for s in san_db.summaries()]
 
