@@ -8,40 +8,15 @@ from dagster import AssetObservation, AssetOut, OpExecutionContext, Output, mult
 
 from batch_pipeline.fast_lane.config import FastHealConfig
 from batch_pipeline.fast_lane.rules import due_announcements, due_retries, reannounce, retries_metadata, retry
-from batch_pipeline.recovery.plan import COMMITTED_BY_FAILED_ATTEMPT, RecoveryReport, partial_report
+from batch_pipeline.recovery.ops import audited_across_attempts
 from batch_pipeline.recovery.registry import TARGET_RECOVERIES
 from batch_pipeline.san.database import database_now, read_transaction
-from batch_pipeline.san.ops import (
-    DATABASE_RETRY, as_metadata, committed_by_failed_attempts, retried_only_if_transient, warn_about_unannounced_jobs,
-)
+from batch_pipeline.san.ops import DATABASE_RETRY, as_metadata, retried_only_if_transient, warn_about_unannounced_jobs
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 
 REANNOUNCEMENTS_ASSET = "fast_lane_reannouncements"
 RETRIES_ASSET = "fast_lane_retries"
 GROUP = "san_fast_lane"
-
-
-def retried_across_attempts(context: OpExecutionContext, retry_area) -> list[RecoveryReport]:
-    """`retry_area(recovery)` for every area; the reports cover every attempt of the step: an
-    attempt that fails after some areas (or batches) committed records them as an observation
-    of fast_lane_retries, and the retry, which detects anew, adds them to its own."""
-    reports: list[RecoveryReport] = []
-    try:
-        for recovery in TARGET_RECOVERIES:
-            reports.append(retry_area(recovery))
-    except Exception as error:
-        committed = reports + [report for report in [partial_report(error)] if report is not None]
-        if any(report.changed for report in committed):
-            context.log_event(AssetObservation(asset_key=RETRIES_ASSET, metadata=as_metadata({
-                COMMITTED_BY_FAILED_ATTEMPT: context.retry_number,
-                "areas": [report.committed_metadata(context.retry_number) for report in committed]})))
-        raise
-    if context.retry_number:
-        earlier = [area for attempt in committed_by_failed_attempts(context, RETRIES_ASSET, COMMITTED_BY_FAILED_ATTEMPT)
-                   for area in attempt["areas"]]
-        for report in reports:
-            report.merge_committed([area for area in earlier if area["area"] == report.area], same_candidates=False)
-    return reports
 
 
 @multi_asset(
@@ -74,8 +49,9 @@ def fast_heal(context: OpExecutionContext, config: FastHealConfig, san_database:
             due = {recovery.area: due_retries(conn, recovery, now, settings) for recovery in TARGET_RECOVERIES}
         announced = (reannounce(engine, dispatcher, unclaimed, now, config.write_limits) if not config.dry_run
                      else None)
-        reports = retried_across_attempts(context, lambda recovery: retry(
-            engine, dispatcher, recovery, due[recovery.area], now, settings))
+        # the retry detects anew: the targets an earlier attempt healed are not candidates again
+        reports = audited_across_attempts(context, RETRIES_ASSET, TARGET_RECOVERIES, lambda recovery: retry(
+            engine, dispatcher, recovery, due[recovery.area], now, settings), same_candidates=False)
     retried = retries_metadata(reports)
     context.log.info(
         f"window {window.since.isoformat()} .. {window.until.isoformat()}: {len(unclaimed)} unclaimed jobs"

@@ -6,9 +6,7 @@ The run config is given once, to the run_recovery graph (assets.py), which hands
 the `settings` input.
 """
 
-from dagster import (
-    AssetObservation, In, Nothing, OpDefinition, OpExecutionContext, Out, Output, op,
-)
+from dagster import AssetObservation, In, Nothing, OpDefinition, OpExecutionContext, Out, Output, op
 
 from batch_pipeline.recovery import checks, ghost_jobs
 from batch_pipeline.recovery.config import RecoveryConfig
@@ -45,21 +43,33 @@ def audit_trail(context: OpExecutionContext, recovery, report: RecoveryReport):
     yield checks.deferred_backlog(report, earlier)
 
 
-def audited_across_attempts(context: OpExecutionContext, area: str, recover) -> RecoveryReport:
-    """`recover()`, whose report covers every attempt of the step: an attempt that fails after
-    some write batches committed records what they did (an observation of the area), and the
-    retry adds that to its own report, so the audit trail misses nothing and calls none of the
-    run's own work a race."""
+def audited_across_attempts(context: OpExecutionContext, asset: str, recoveries, recover, same_candidates: bool):
+    """`recover(recovery)` for each recovery, in order; the reports cover every attempt of the
+    step. An attempt that fails after some areas or write batches committed records what they
+    did (an observation of `asset`, marked COMMITTED_BY_FAILED_ATTEMPT), and a retry adds that
+    to its own reports (RecoveryReport.merge_committed; `same_candidates`: whether the retry
+    re-checks the same detected candidates, as recovery_job's does, or detects anew, as the
+    fast lane's does), so the audit trail misses nothing and calls none of the run's own work a
+    race."""
+    reports: list[RecoveryReport] = []
     try:
-        report = recover()
+        for recovery in recoveries:
+            reports.append(recover(recovery))
     except Exception as error:
-        partial = partial_report(error)
-        if partial is not None:
-            context.log_event(AssetObservation(asset_key=area, metadata=as_metadata(partial.committed_metadata(context.retry_number))))
-            context.log.warning(f"{area}: attempt {context.retry_number + 1} failed after committing {partial.changed} "
-                                "change(s); a retry's audit trail includes them")
+        committed = reports + [report for report in [partial_report(error)] if report is not None]
+        if any(report.changed for report in committed):
+            context.log_event(AssetObservation(asset_key=asset, metadata=as_metadata({
+                COMMITTED_BY_FAILED_ATTEMPT: context.retry_number,
+                "areas": [report.committed_metadata(context.retry_number) for report in committed]})))
+            context.log.warning(f"{asset}: attempt {context.retry_number + 1} failed after committing "
+                                f"{sum(report.changed for report in committed)} change(s); a retry's audit trail includes them")
         raise
-    return report.merge_committed(committed_by_failed_attempts(context, area, COMMITTED_BY_FAILED_ATTEMPT)) if context.retry_number else report
+    if context.retry_number:
+        earlier = [area for attempt in committed_by_failed_attempts(context, asset, COMMITTED_BY_FAILED_ATTEMPT)
+                   for area in attempt["areas"]]
+        for report in reports:
+            report.merge_committed([area for area in earlier if area["area"] == report.area], same_candidates)
+    return reports
 
 
 def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
@@ -97,8 +107,8 @@ def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
     ):
         engine = san_database.get_engine()
         with retried_only_if_transient(), paused_gc():
-            report = audited_across_attempts(context, recovery.area, lambda: recovery.recover(
-                engine, job_dispatcher.for_database(engine), candidates, settings, database_now(engine)))
+            [report] = audited_across_attempts(context, recovery.area, [recovery], lambda recovery: recovery.recover(
+                engine, job_dispatcher.for_database(engine), candidates, settings, database_now(engine)), same_candidates=True)
         yield from audit_trail(context, recovery, report)
         yield Output(None, "done")
 

@@ -287,7 +287,8 @@ def test_a_killed_connection_fails_the_step_and_the_retry_finishes_the_work(pg_d
     assert sorted(r["new_job_id"] for r in meta["recovered"]) == sorted(
         j.id for t in range(6) for j in pg_db.jobs(target_id=t) if j.status == PENDING)
     [partial] = instance.fetch_observations(AssetKey("ghost_job_recovery"), limit=10).records
-    assert partial.asset_observation.metadata["enqueued"].value == 2  # what the failed attempt committed
+    [committed] = partial.asset_observation.metadata["areas"].value
+    assert (committed["area"], committed["enqueued"]) == ("ghost_job_recovery", 2)  # what the failed attempt committed
 
 
 def test_a_killed_connection_in_a_target_recovery_keeps_its_audit_trail_exact(pg_db):
