@@ -116,6 +116,7 @@ class RecommendedIndex:
     why: str
     postgresql: str  # the body after "ON": columns, INCLUDE and WHERE
     sqlite: str
+    unique: bool = False
 
 
 RECOMMENDED_INDEXES = (
@@ -186,13 +187,13 @@ APP_ONE_ACTIVE_JOB = RecommendedIndex(
     why="at most one PENDING/PROCESSING job per (job_type, target_id), whoever enqueues it",
     postgresql="jobs (job_type, target_id) WHERE status IN ('PENDING', 'PROCESSING')",
     sqlite="jobs (job_type, target_id) WHERE status IN ('PENDING', 'PROCESSING')",
+    unique=True,
 )
 
 
 def app_guarantee_statement(dialect_name: str) -> str:
-    concurrently = " CONCURRENTLY" if dialect_name == "postgresql" else ""
-    body = APP_ONE_ACTIVE_JOB.postgresql if dialect_name == "postgresql" else APP_ONE_ACTIVE_JOB.sqlite
-    return f"CREATE UNIQUE INDEX{concurrently} IF NOT EXISTS {APP_ONE_ACTIVE_JOB.name} ON {body}"
+    [statement] = recommended_index_statements(dialect_name, [APP_ONE_ACTIVE_JOB])
+    return statement
 
 
 def app_guarantee_index(conn: Connection) -> str | None:
@@ -228,9 +229,12 @@ def recommended_index_statements(dialect_name: str, indexes=RECOMMENDED_INDEXES)
     On PostgreSQL the statements are CONCURRENTLY, so they do not block the app's writes; they
     must run outside a transaction (autocommit).
     """
+    def create(index: RecommendedIndex) -> str:
+        return f"CREATE {'UNIQUE ' if index.unique else ''}INDEX"
+
     if dialect_name == "postgresql":
-        return [f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {index.name} ON {index.postgresql}" for index in indexes]
-    return [f"CREATE INDEX IF NOT EXISTS {index.name} ON {index.sqlite}" for index in indexes]
+        return [f"{create(index)} CONCURRENTLY IF NOT EXISTS {index.name} ON {index.postgresql}" for index in indexes]
+    return [f"{create(index)} IF NOT EXISTS {index.name} ON {index.sqlite}" for index in indexes]
 
 
 def superseded_index_statements(dialect_name: str, names) -> list[str]:

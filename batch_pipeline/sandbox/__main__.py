@@ -262,8 +262,8 @@ class Supervised:
                 self.process.kill()
 
 
-def dev_cwd_and_env(command: list[str]) -> tuple[str | None, dict]:
-    """Where `dagster dev` runs, and its environment, without two false warnings.
+def dagster_dev(command: list[str]) -> tuple[list[str], str | None, dict]:
+    """The `dagster dev` command, where it runs and its environment, without two false warnings.
 
     `make run` links $DAGSTER_HOME/dagster.yaml to ./dagster.yaml; `dagster dev` started here
     would warn that ./dagster.yaml "will not be used" (it is: it is the same file), so it starts
@@ -274,13 +274,13 @@ def dev_cwd_and_env(command: list[str]) -> tuple[str | None, dict]:
     env["PYTHONWARNINGS"] = ",".join(filter(None, [env.get("PYTHONWARNINGS"), "ignore:Function `dev_command` is superseded"]))
     home, here = os.environ.get("DAGSTER_HOME"), Path.cwd()
     if not home or not (here / "dagster.yaml").exists() or not (Path(home) / "dagster.yaml").exists():
-        return None, env
+        return command, None, env
     if not os.path.samefile(here / "dagster.yaml", Path(home) / "dagster.yaml"):
-        return None, env  # a different instance config: the warning is true, let it speak
+        return command, None, env  # a different instance config: the warning is true, let it speak
     if "-w" not in command and "--workspace" not in command and (here / "workspace.yaml").exists():
-        command += ["-w", str(here / "workspace.yaml")]
+        command = [*command, "-w", str(here / "workspace.yaml")]
     env["SAN_DATA_DIR"] = str(default_data_dir().resolve())
-    return home, env
+    return command, home, env
 
 
 def run_ui(dagster_args: list[str], live: bool = True) -> int:
@@ -306,7 +306,7 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
         print("SAN_DATABASE_URL is set: no sandbox, the UI works on that database", flush=True)
     # `dagster dev` in a process group of its own, so a stop reaches all of it (the webserver,
     # the daemon, the code servers): SIGTERM (systemd, Docker, CI) as much as Ctrl-C.
-    cwd, env = dev_cwd_and_env(command)
+    command, cwd, env = dagster_dev(command)
     if sandbox is not None and not env.get("SAN_RECOVERY_CRON"):
         from batch_pipeline.sandbox.live import LIVE_RECOVERY_CRON
 

@@ -17,7 +17,7 @@ from datetime import date, datetime, time, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pandas as pd
-from sqlalchemy import and_, distinct, func, select
+from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.san.audit import capped_ids
@@ -70,13 +70,22 @@ def detect_users_of_day(conn: Connection, start: datetime, end: datetime) -> pd.
     return USERS_OF_DAY.from_rows(conn.execute(users_of_day_query(start, end)))
 
 
-def done_in_run(conn: Connection, day: date, run_started_at: datetime) -> dict[int, int]:
-    """The summaries this run (an earlier attempt of its step, or the run it re-executes)
-    already created for D: user id -> summary id."""
-    query = select(daily_summaries.c.user_id, daily_summaries.c.id).where(
-        and_(daily_summaries.c.target_date == day, daily_summaries.c.created_at == run_started_at)
-    )
-    return dict(conn.execute(query).all())
+@dataclass(frozen=True)
+class SummariesOfDay:
+    """The summaries of D already there, from one read of daily_summaries (the app has no
+    index on target_date, so each read is a scan of the table)."""
+
+    done_in_run: dict[int, int]  # user id -> summary id, made by this run (an earlier attempt of
+    # its step, or the failed run it re-executes): their summaries carry its start instant
+    users_with_an_earlier_til: set[int]  # users with a summary of D from another run
+
+
+def summaries_of_day(conn: Connection, day: date, run_started_at: datetime) -> SummariesOfDay:
+    this_run = (daily_summaries.c.created_at == run_started_at).label("this_run")
+    rows = conn.execute(select(daily_summaries.c.user_id, daily_summaries.c.id, this_run)
+                        .where(daily_summaries.c.target_date == day)).all()
+    return SummariesOfDay(done_in_run={user: summary for user, summary, ours in rows if ours},
+                          users_with_an_earlier_til={user for user, _summary, ours in rows if not ours})
 
 
 def jobs_of_summaries(conn: Connection, summary_ids: Sequence[int]) -> list[int]:
@@ -87,16 +96,6 @@ def jobs_of_summaries(conn: Connection, summary_ids: Sequence[int]) -> list[int]
                                               dialect(conn).id_in(jobs.c.target_id, list(summary_ids)))
              .group_by(jobs.c.target_id))
     return sorted(conn.execute(query).scalars())
-
-
-def users_with_an_earlier_til(conn: Connection, user_ids: Sequence[int], day: date, run_started_at: datetime) -> int:
-    """How many of these users already have a summary for D from another run: a backfill of D
-    gives each of them a second TIL (the design allows it). Reads every summary of D (the app
-    has no index on target_date): asked for by dry runs and backfills only."""
-    query = select(distinct(daily_summaries.c.user_id)).where(
-        daily_summaries.c.target_date == day, daily_summaries.c.created_at != run_started_at
-    )
-    return len(set(conn.execute(query).scalars()) & set(user_ids))
 
 
 def summaries_source(user_ids: Sequence[int], day: date, run_started_at: datetime) -> JobSource:
@@ -197,7 +196,8 @@ def create_daily_tils(
     `earlier_attempt_possible=False` (the op's first attempt in a run that is not a
     re-execution) skips looking for this run's summaries: none can exist, and the lookup is a
     scan of all of daily_summaries, which only grows (no index of the app's serves it).
-    `count_earlier_tils` reports how many users would get a second TIL for D (the same scan)."""
+    `count_earlier_tils` reports how many users would get a second TIL for D (the same one scan:
+    dry runs and backfills ask for it)."""
     active = users[users["card_count"] > 0]["user_id"].tolist()
     report = TilReport(
         day=day, day_start_utc=bounds[0], day_end_utc=bounds[1], dry_run=dry_run, run_started_at=run_started_at,
@@ -205,13 +205,15 @@ def create_daily_tils(
     )
     done: dict[int, int] = {}
     earlier_jobs: list[int] = []
-    with engine.connect() as conn:
-        if earlier_attempt_possible:
-            done = done_in_run(conn, day, run_started_at)
-            earlier_jobs = jobs_of_summaries(conn, sorted(done.values()))
-        todo = [u for u in active if u not in done]
-        if count_earlier_tils:
-            report.users_with_an_earlier_til = users_with_an_earlier_til(conn, todo, day, run_started_at)
+    if earlier_attempt_possible or count_earlier_tils:
+        with engine.connect() as conn:
+            there = summaries_of_day(conn, day, run_started_at)
+            if earlier_attempt_possible:
+                done = there.done_in_run
+                earlier_jobs = jobs_of_summaries(conn, sorted(done.values()))
+    todo = [u for u in active if u not in done]
+    if count_earlier_tils:  # a backfill of D gives each of them a second TIL (the design allows it)
+        report.users_with_an_earlier_til = len(there.users_with_an_earlier_til.intersection(todo))
     report.already_done_in_run = len(active) - len(todo)
     if dry_run:
         return report
