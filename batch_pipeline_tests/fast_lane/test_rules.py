@@ -75,7 +75,8 @@ def test_reannouncing_sends_the_same_job_id_again_and_leaves_the_row_unchanged(p
     unclaimed = pg_db.job(CARD_ANALYSIS, scrap, created_at=pg_db.now - timedelta(seconds=70))
     claimed = pg_db.job(SCRAP_REFINE, scrap, created_at=pg_db.now - timedelta(seconds=70))
     window = LaneWindow(since=pg_db.now - PROBE_INTERVAL, until=pg_db.now)
-    due = due_announcements(pg_db.engine.connect(), window, SETTINGS)
+    with pg_db.engine.connect() as conn:  # closed at once: an open transaction would block the schema's drop
+        due = due_announcements(conn, window, SETTINGS)
     with pg_db.engine.begin() as conn:  # a worker claims one between the probe and the announcement
         conn.execute(update(jobs).where(jobs.c.id == claimed).values(status=PROCESSING))
     before = pg_db.get_job(unclaimed)
