@@ -6,7 +6,7 @@ The run config is given once, to the run_recovery graph (assets.py), which hands
 the `settings` input.
 """
 
-from dagster import AssetObservation, In, Nothing, OpDefinition, OpExecutionContext, Out, Output, op
+from dagster import AssetExecutionContext, AssetObservation, In, Nothing, OpDefinition, OpExecutionContext, Out, Output, op
 
 from batch_pipeline.recovery import checks, ghost_jobs
 from batch_pipeline.recovery.config import RecoveryConfig
@@ -23,7 +23,7 @@ from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 check_san_database = san_database_check_op(RecoveryConfig, "check_san_database")
 
 
-def audit_trail(context: OpExecutionContext, recovery, report: RecoveryReport):
+def audit_trail(context: AssetExecutionContext, recovery, report: RecoveryReport):
     """The audit trail: one materialization per area and run, zeros included, with the area's
     checks beside it. A dry run records an observation instead, so the materialization
     history (and its plots) holds only runs that wrote."""
@@ -38,7 +38,11 @@ def audit_trail(context: OpExecutionContext, recovery, report: RecoveryReport):
     if report.dry_run:
         context.log_event(AssetObservation(asset_key=report.area, metadata=metadata))
         return
-    yield Output(None, recovery.name, metadata=metadata)
+    # The materialization's metadata, not the output's: output metadata is stored twice (the
+    # step output event and the materialization), and the id lists are most of a step's
+    # serialisation cost (docs/benchmarks.md, "Figures behind the code").
+    context.add_asset_metadata(metadata, asset_key=report.area)
+    yield Output(None, recovery.name)
     yield checks.exhausted_targets(report, earlier)
     yield checks.deferred_backlog(report, earlier)
 
@@ -102,12 +106,12 @@ def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
         description=recovery.recover_description,
     )
     def recover(
-        context: OpExecutionContext, settings: RecoveryConfig, candidates, san_database: SanDatabase,
+        context: AssetExecutionContext, settings: RecoveryConfig, candidates, san_database: SanDatabase,
         job_dispatcher: JobDispatcherResource,
     ):
         engine = san_database.get_engine()
         with retried_only_if_transient(), paused_gc():
-            [report] = audited_across_attempts(context, recovery.area, [recovery], lambda recovery: recovery.recover(
+            [report] = audited_across_attempts(context.op_execution_context, recovery.area, [recovery], lambda recovery: recovery.recover(
                 engine, job_dispatcher.for_database(engine), candidates, settings, database_now(engine)), same_candidates=True)
         yield from audit_trail(context, recovery, report)
         yield Output(None, "done")

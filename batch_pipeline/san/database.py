@@ -138,7 +138,7 @@ class WriteLimits:
 def read_transaction(engine: Engine, limits: WriteLimits = WriteLimits()) -> Iterator[Connection]:
     """Detection: one read-only transaction with the same bounded waits as the writes."""
     with engine.begin() as conn:
-        dialect(conn).bound_waits(conn, limits)
+        dialect(conn).transaction_settings(conn, limits)
         yield conn
 
 
@@ -147,6 +147,6 @@ def write_transaction(engine: Engine, limits: WriteLimits = WriteLimits()) -> It
     """One batch: a transaction that commits everything or nothing."""
     with engine.begin() as conn:
         sql = dialect(conn)
-        sql.bound_waits(conn, limits)
+        sql.transaction_settings(conn, limits)
         sql.take_write_lock(conn, limits)  # serialises batch_pipeline's writers, never SAN's workers
         yield conn

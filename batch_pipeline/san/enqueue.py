@@ -29,8 +29,9 @@ from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.schema import PENDING, holds_its_target, jobs
 
 
-@dataclass(frozen=True)
-class EnqueueRequest:
+class EnqueueRequest(NamedTuple):
+    """One job to enqueue. (A NamedTuple, as NewJob: a run builds tens of thousands.)"""
+
     target_id: int
     retry_of_job_id: int | None = None
 
@@ -108,7 +109,7 @@ def enqueue(conn: Connection, source: JobSource, *, now: datetime, max_attempts:
     if sql.can_fuse(conn, source):
         fused = sql.enqueue_fused(conn, source, now=now, max_attempts=max_attempts, notify_channel=notify_channel)
         return EnqueueOutcome(
-            created=[NewJob(*job) for job in fused["created"]],
+            created=list(map(NewJob._make, fused["created"])),
             exhausted=fused["exhausted"], already_active=fused["already_active"], announced=fused["announced"],
             source_rows=fused["source_rows"],
         )

@@ -1,16 +1,22 @@
 """The SAN database connection: bad input names the problem (a wrong URL, an unreachable server,
 a missing table or column), and every transaction bounds its waits."""
 
+from datetime import timezone
 from pathlib import Path
 
+import pandas as pd
 import pytest
-from sqlalchemy import text
+from sqlalchemy import select, text
+from sqlalchemy.engine import make_url
 
+from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
+from batch_pipeline.recovery.targets import detect_targets
 from batch_pipeline.san.database import (
-    SanConnectionError, WriteLimits, check_connection, create_san_engine, read_transaction, write_transaction,
+    SanConnectionError, WriteLimits, check_connection, create_san_engine, database_now, read_transaction,
+    write_transaction,
 )
 from batch_pipeline.san.schema import (
-    SanSchemaError, verify_schema,
+    SanSchemaError, scraps, verify_schema,
 )
 from batch_pipeline_tests.conftest import APP_DDL, PgSchema
 
@@ -74,12 +80,13 @@ def test_bundled_app_ddl_is_the_shared_one():
     assert APP_DDL.read_text() == SHARED_DDL.read_text()
 
 
-def test_every_transaction_bounds_its_waits_and_turns_jit_off_for_itself_only(pg_db):
+def test_every_transaction_bounds_its_waits_turns_jit_off_and_reads_in_utc_for_itself_only(pg_db):
     limits = WriteLimits(lock_timeout_ms=1234, statement_timeout_ms=56789)
     for transaction in (read_transaction, write_transaction):
         with transaction(pg_db.engine, limits) as conn:
-            settings = [conn.execute(text(f"SHOW {name}")).scalar() for name in ("lock_timeout", "statement_timeout", "jit")]
-            assert settings == ["1234ms", "56789ms", "off"]
+            settings = [conn.execute(text(f"SHOW {name}")).scalar()
+                        for name in ("lock_timeout", "statement_timeout", "jit", "timezone")]
+            assert settings == ["1234ms", "56789ms", "off", "UTC"]
             session = conn.connection.dbapi_connection
         with pg_db.engine.connect() as conn:  # transaction-local: the pooled session is back to its defaults
             assert conn.connection.dbapi_connection is session
@@ -135,3 +142,23 @@ def test_a_writer_waits_for_another_batch_pipeline_batch_past_lock_timeout_but_n
     finally:
         app_transaction.rollback()
         app.close()
+
+
+def test_timestamps_come_back_in_utc_whatever_the_sessions_time_zone(pg_db):
+    """A server (or role) whose default zone is Asia/Seoul: every transaction reads timestamps
+    as datetime.timezone.utc (which pandas converts in C, not value by value through a
+    ZoneInfo), and a detection frame holds the very instants stored."""
+    url = make_url(pg_db.url)
+    seoul = create_san_engine(url.update_query_dict({"options": f"{url.query['options']} -ctimezone=Asia/Seoul"}))
+    saved = pg_db.ago(hours=3)
+    scrap = pg_db.scrap(pg_db.user(), created_at=saved)
+    try:
+        with seoul.connect() as conn:
+            assert conn.execute(text("SHOW timezone")).scalar() == "Asia/Seoul"
+        with read_transaction(seoul) as conn:
+            stored = conn.execute(select(scraps.c.created_at).where(scraps.c.id == scrap)).scalar_one()
+            frame = detect_targets(conn, ORPHAN_SCRAPS, now=database_now(conn))
+        assert stored.tzinfo is timezone.utc and stored == saved
+        assert frame.loc[frame["scrap_id"] == scrap, "created_at"].tolist() == [pd.Timestamp(saved)]
+    finally:
+        seoul.dispose()

@@ -5,7 +5,8 @@
 - the fused enqueue statement: with ix_san_jobs_target, the source of a batch (the ghosts it
   closes, the summaries it creates, or a list of targets), the attempt and active counts, the
   insert and the pg_notify of the new jobs are one statement, its outcome a few arrays;
-- transaction-local settings: bounded lock and statement waits, no JIT, planner preferences;
+- transaction-local settings: bounded lock and statement waits, no JIT, the UTC time zone,
+  planner preferences;
 - the advisory lock that serialises batch_pipeline's own writers.
 
 Numbers behind these choices: docs/benchmarks.md, "Figures behind the code".
@@ -52,7 +53,9 @@ class _BigIntArrayLiteral(TypeDecorator):
         def process(values):
             if values is None:
                 return None
-            return "{" + ",".join("NULL" if v is None else str(int(v)) for v in values) + "}"
+            if None in values:
+                return "{" + ",".join("NULL" if v is None else str(int(v)) for v in values) + "}"
+            return "{" + ",".join(map(str, map(int, values))) + "}"
 
         return process
 
@@ -61,13 +64,16 @@ BigIntArray = _BigIntArrayLiteral()
 
 
 # -- transactions ------------------------------------------------------------------------------
-def bound_waits(conn: Connection, limits: WriteLimits) -> None:
+def transaction_settings(conn: Connection, limits: WriteLimits) -> None:
     """Transaction-local, in one round trip: a table locked by a migration or a busy batch is
-    reported as a timeout, not waited on; and no JIT, which compiles SAN-sized queries for
-    longer than they run."""
+    reported as a timeout, not waited on; no JIT, which compiles SAN-sized queries for longer
+    than they run; and the session's time zone UTC, whatever the server's default, so psycopg
+    hands back timestamps in datetime.timezone.utc, which pandas converts in C, instead of a
+    ZoneInfo (even 'Etc/UTC') that it converts value by value (docs/benchmarks.md, "Figures
+    behind the code"). Every column is timestamptz: the values are the same instants."""
     conn.execute(
         text("SELECT set_config('lock_timeout', :lock, true), set_config('statement_timeout', :statement, true), "
-             "set_config('jit', 'off', true)"),
+             "set_config('jit', 'off', true), set_config('timezone', 'UTC', true)"),
         {"lock": str(int(limits.lock_timeout_ms)), "statement": str(int(limits.statement_timeout_ms))},
     )
 

@@ -36,8 +36,9 @@ def configure_engine(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def bound_waits(conn: Connection, limits: WriteLimits) -> None:
-    """Nothing to set: the engine's busy timeout bounds the wait for the write lock."""
+def transaction_settings(conn: Connection, limits: WriteLimits) -> None:
+    """Nothing to set: the engine's busy timeout bounds the wait for the write lock, and
+    timestamps are stored and read as UTC."""
 
 
 def database_now(conn: Connection) -> datetime:
