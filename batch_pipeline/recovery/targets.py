@@ -10,7 +10,9 @@ apart even where the mechanics are the same.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -32,6 +34,8 @@ from batch_pipeline.san.schema import FAILED, holds_its_target, jobs
 
 if TYPE_CHECKING:
     from batch_pipeline.recovery.config import RecoveryConfig
+
+LOG = logging.getLogger(__name__)
 
 # The design's grace: a target younger than this may still be getting its job from the app.
 ORPHAN_MIN_AGE = timedelta(minutes=10)
@@ -127,7 +131,7 @@ def detect_query(recovery: TargetRecovery, created_before: datetime, created_sin
     latest attempt ended if it had one. `among` narrows the targets (the fast lane: those with
     a recent failure). `latest_attempt` reads each attempt's row (updated_at is not in
     ix_san_jobs_target): the fast lane's few targets only; over a whole sweep PostgreSQL would
-    rather read every job (see `last_attempts_ended`)."""
+    rather read every job (see `last_failures`)."""
     # Targets with an active job belong to ghost-job recovery: this boundary keeps the two
     # recoveries from handling the same target twice. Targets younger than the grace period
     # may still be getting their job from the app.
@@ -179,27 +183,47 @@ def detect_targets(
     return recovery.frame.from_rows(conn.execute(query))
 
 
-def last_attempts_ended(engine: Engine, recovery: TargetRecovery, healed: pd.DataFrame,
-                        limits: WriteLimits = WriteLimits()) -> pd.Series:
-    """For the targets just healed: when their latest earlier attempt failed (the new job left
-    out), else their `waiting_since`. One lookup by id for the audit's heal ages only, over
-    FAILED jobs: the partial ix_san_jobs_failed_updated holds every column it needs, where
-    ix_san_jobs_target would fetch each of the targets' jobs from the heap for its updated_at
-    (docs/benchmarks.md, "Figures behind the code")."""
-    key = recovery.id_key
-    if healed.empty or not healed["attempts"].any():
-        return healed["waiting_since"]
-    with_attempts = healed.loc[healed["attempts"] > 0, key].tolist()
+def last_failures(engine: Engine, recovery: TargetRecovery, targets: pd.DataFrame,
+                  limits: WriteLimits = WriteLimits()) -> pd.Series:
+    """When each of `targets` (rows of this recovery's frame) that has had attempts last failed,
+    indexed by target id: the audit's heal ages run from there. One lookup over FAILED jobs: the
+    partial ix_san_jobs_failed_updated holds every column it needs, where ix_san_jobs_target
+    would fetch each of the targets' jobs from the heap for its updated_at (docs/benchmarks.md,
+    "Figures behind the code"). It reads only FAILED jobs, which an area's own write batches
+    never create (they insert PENDING jobs): recover_targets runs it beside them."""
+    with_attempts = targets.loc[targets["attempts"] > 0, recovery.id_key].tolist()
+    if not with_attempts:
+        return NO_FAILURES
     with read_transaction(engine, limits) as conn:
-        ended = dict(conn.execute(
+        rows = conn.execute(
             select(jobs.c.target_id, func.max(jobs.c.updated_at))
             .where(jobs.c.status == FAILED, jobs.c.job_type == recovery.job_type,
                    dialect(conn).id_in(jobs.c.target_id, with_attempts))
             .group_by(jobs.c.target_id)
-        ).all())
-    latest = pd.to_datetime(pd.Series([ended.get(target) for target in healed[key].tolist()], index=healed.index,
-                                      dtype=object), utc=True, errors="coerce")
-    return latest.fillna(healed["waiting_since"]).clip(lower=pd.Timestamp(FRAME_MIN))
+        ).tuples().all()
+    if not rows:
+        return NO_FAILURES
+    target_ids, ended = zip(*rows)
+    return pd.Series(pd.to_datetime(list(ended), utc=True, errors="coerce"), index=list(target_ids))
+
+
+NO_FAILURES = pd.Series([], dtype=UTC_DATETIME)
+
+
+def waited_since(healed: pd.DataFrame, key: str, last_failure: pd.Series) -> pd.Series:
+    """Each healed target's last failure, else its `waiting_since` (saved at)."""
+    return healed[key].map(last_failure).fillna(healed["waiting_since"]).clip(lower=pd.Timestamp(FRAME_MIN))
+
+
+def audit_lookup(lookup: Future, area: str) -> pd.Series:
+    """The lookup's result; if it failed, no last failures (the ages run from the saves): the
+    writes have committed, and a figure of the audit is no reason to fail, and retry, them."""
+    try:
+        return lookup.result()
+    except Exception:
+        LOG.warning("%s: could not read the healed targets' last failures; heal ages run from their saves", area,
+                    exc_info=True)
+        return NO_FAILURES
 
 
 def recover_targets(
@@ -235,7 +259,7 @@ def recover_targets(
 
     to_enqueue = plan.to_enqueue[key].tolist()
 
-    def complete(results, batches, look_up_ages: bool = True) -> RecoveryReport:
+    def complete(results, batches, last_failure: pd.Series = NO_FAILURES) -> RecoveryReport:
         created = [job for outcome in results for job in outcome.created]
         # Reached the cap between detection and write (another run enqueued and it failed since).
         late_exhausted = [target for outcome in results for _job_type, target in outcome.exhausted]
@@ -245,16 +269,19 @@ def recover_targets(
         report.skipped_by_race = attempted(to_enqueue, batches, policy) - len(created) - len(late_exhausted)
         report.recovered = [{key: job.target_id, "new_job_id": job.job_id} for job in created]
         healed = candidates[candidates[key].isin([job.target_id for job in created])]
-        # After a failed write the database may be gone: the ages since the save, not the last failure.
-        report.heal_ages_seconds = heal_ages(last_attempts_ended(engine, recovery, healed, policy.limits) if look_up_ages
-                                             else healed["waiting_since"], now)
+        report.heal_ages_seconds = heal_ages(waited_since(healed, key, last_failure), now)
         report.batches = batches.batches
         report.announce_failures = batches.announce_failures
         return report
 
-    try:
-        results, batches = run_in_batches(engine, dispatcher, to_enqueue, policy.batch_size, write_batch, policy.limits)
-    except Exception as error:
-        with_partial_report(error, lambda results, batches: complete(results, batches, look_up_ages=False))
-        raise
-    return complete(results, batches)
+    # The heal ages' lookup on a second connection while the batches write (see last_failures).
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{recovery.name}_heal_ages") as lookup:
+        failures = lookup.submit(last_failures, engine, recovery, plan.to_enqueue, policy.limits)
+        try:
+            results, batches = run_in_batches(engine, dispatcher, to_enqueue, policy.batch_size, write_batch,
+                                              policy.limits)
+        except Exception as error:
+            # The database may be gone: the ages since the save, not the last failure.
+            with_partial_report(error, complete)
+            raise
+        return complete(results, batches, audit_lookup(failures, recovery.area))

@@ -171,3 +171,35 @@ def test_a_job_in_a_status_the_pipeline_does_not_know_counts_as_active(san_db, r
     report = recover(san_db, rule, detect(san_db, rule))
     assert [pair[rule.id_key] for pair in report.recovered] == [finished]
     assert [j.status for j in san_db.jobs(target_id=lower)] == ["processing"]
+
+
+@RULES
+def test_heal_ages_run_from_the_last_failure_else_from_the_save(san_db, rule):
+    user = san_db.user()
+    failed_before = needy_scrap(san_db, rule, user, created_at=san_db.ago(hours=5))
+    san_db.job(rule.job_type, failed_before, FAILED, created_at=san_db.ago(hours=4), updated_at=san_db.ago(hours=3))
+    san_db.job(rule.job_type, failed_before, FAILED, created_at=san_db.ago(hours=2), updated_at=san_db.ago(hours=1))
+    needy_scrap(san_db, rule, user, created_at=san_db.ago(hours=2))  # never attempted
+    report = recover(san_db, rule, detect(san_db, rule), batch_size=1)
+    assert report.enqueued == 2
+    assert [round(age) for age in report.heal_ages_seconds] == [3600, 7200]  # oldest save first
+
+
+@RULES
+def test_a_failed_heal_age_lookup_costs_only_the_figure_not_the_committed_writes(san_db, rule, monkeypatch, caplog):
+    """The lookup runs beside the write batches; if it fails, the jobs are enqueued and
+    reported all the same, their heal ages from the saves (a failed step would be retried and
+    count its own work as races)."""
+    import batch_pipeline.recovery.targets as targets
+
+    def broken(*_args, **_kwargs):
+        raise ConnectionError("the lookup's connection dropped")
+
+    monkeypatch.setattr(targets, "last_failures", broken)
+    user = san_db.user()
+    scrap = needy_scrap(san_db, rule, user, created_at=san_db.ago(hours=5))
+    san_db.job(rule.job_type, scrap, FAILED, created_at=san_db.ago(hours=4), updated_at=san_db.ago(hours=1))
+    report = recover(san_db, rule, detect(san_db, rule))
+    assert report.enqueued == 1 and len(san_db.jobs(target_id=scrap, status=PENDING)) == 1
+    assert [round(age) for age in report.heal_ages_seconds] == [5 * 3600]
+    assert "could not read the healed targets' last failures" in caplog.text
