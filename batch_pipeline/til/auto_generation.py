@@ -101,21 +101,18 @@ def jobs_of_summaries(conn: Connection, summary_ids: Sequence[int]) -> list[int]
 def summaries_source(user_ids: Sequence[int], day: date, run_started_at: datetime) -> JobSource:
     """A batch of new summaries as the enqueue path's source: the inserted rows are the
     targets of their TIL_GENERATION jobs, created in the same statement (PostgreSQL) or
-    transaction, so a summary never exists without its job."""
-    values = {"constants": {"target_date": day, "created_at": run_started_at},
-              "id_columns": {"user_id": list(user_ids)}, "returning": ["id", "user_id"]}
-    return JobSource(job_type=TIL_GENERATION, inserts=(daily_summaries, values), returned=("id", "user_id"),
-                     target_column="id", creates_targets=True)
+    transaction, so a summary never exists without its job.
 
-
-def users_still_there(conn: Connection, user_ids: Sequence[int]) -> list[int]:
-    """Of these users, those that still exist: one the app deleted since detection is skipped
-    and reported, not left to fail the whole batch on the summary's foreign key. (Not locked: a
-    KEY SHARE lock per user would dirty every user row of the batch a second time, the foreign
+    A user the app deleted since detection gets no summary (the insert skips it, and the batch
+    reports it), instead of failing the whole batch on the summary's foreign key. (Not locked:
+    a KEY SHARE lock per user would dirty every user row of the batch a second time, the foreign
     key check locks them anyway; a delete committed within the insert statement itself still
     fails its batch, which the step's retry then writes without that user.)"""
-    present = set(conn.execute(select(users.c.id).where(dialect(conn).id_in(users.c.id, list(user_ids)))).scalars())
-    return [user_id for user_id in user_ids if user_id in present]
+    values = {"constants": {"target_date": day, "created_at": run_started_at},
+              "id_columns": {"user_id": list(user_ids)}, "returning": ["id", "user_id"],
+              "referenced": {"user_id": users.c.id}}
+    return JobSource(job_type=TIL_GENERATION, inserts=(daily_summaries, values), returned=("id", "user_id"),
+                     target_column="id", creates_targets=True)
 
 
 @dataclass(frozen=True)
@@ -130,11 +127,10 @@ def create_batch(
     notify_channel: str | None = None,
 ) -> BatchWritten[TilBatch]:
     """One transaction: the summaries and their TIL_GENERATION jobs, for the users still there."""
-    present = users_still_there(conn, user_ids)
-    outcome = enqueue(conn, summaries_source(present, day, run_started_at), now=now, max_attempts=0,
+    outcome = enqueue(conn, summaries_source(user_ids, day, run_started_at), now=now, max_attempts=0,
                       notify_channel=notify_channel)
     summaries = [(row["id"], row["user_id"]) for row in outcome.source_rows]
-    kept = set(present)
+    kept = {user_id for _summary, user_id in summaries}
     gone = [user_id for user_id in user_ids if user_id not in kept]
     return outcome.as_batch(TilBatch(summaries, outcome.created, gone))
 

@@ -137,18 +137,18 @@ def test_the_audit_lists_ids_up_to_the_limit_and_says_how_to_find_them_all(san_d
     assert [s.id for s in summaries if s.target_date == D and utc(s.created_at) == instant] == [s.id for s in summaries]
 
 
-def test_a_user_deleted_between_detection_and_write_is_skipped_and_reported(pg_db):
+def test_a_user_deleted_between_detection_and_write_is_skipped_and_reported(san_db):
     from sqlalchemy import text
 
-    stays, leaves = pg_db.user(), pg_db.user()
+    stays, leaves = san_db.user(), san_db.user()
     for user in (stays, leaves):
-        pg_db.scrap(user, created_at=at(D, 9), card=True)
-    users = users_of(pg_db)
-    with pg_db.engine.begin() as conn:  # the app deletes an account (its rows first: the foreign keys)
+        san_db.scrap(user, created_at=at(D, 9), card=True)
+    users = users_of(san_db)
+    with san_db.engine.begin() as conn:  # the app deletes an account (its rows first: the foreign keys)
         conn.execute(text("DELETE FROM knowledge_cards WHERE user_id = :u"), {"u": leaves})
         conn.execute(text("DELETE FROM scraps WHERE user_id = :u"), {"u": leaves})
         conn.execute(text("DELETE FROM users WHERE id = :u"), {"u": leaves})
-    report = create(pg_db, users)
+    report = create(san_db, users)
     assert (report.summaries_created, report.users_gone) == (1, [leaves])
-    assert [summary.user_id for summary in pg_db.summaries()] == [stays]
+    assert [summary.user_id for summary in san_db.summaries()] == [stays]
     assert report.metadata()["users_gone"] == 1 and report.metadata()["users_gone_ids"] == [leaves]

@@ -19,8 +19,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from sqlalchemy import (
-    BigInteger, Integer, Table, Text, TypeDecorator, and_, any_, bindparam, cast, false, func, literal,
-    null, select, text, true,
+    BigInteger, Column, Integer, Table, Text, TypeDecorator, and_, any_, bindparam, cast, exists, false, func,
+    literal, null, select, text, true,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -201,11 +201,13 @@ def notify_job_ids(channel: str):
 # -- inserts -----------------------------------------------------------------------------------
 def insert_rows_statement(
     table: Table, constants: Mapping[str, object], id_columns: Mapping[str, Sequence[int | None]], returning: Sequence[str],
-    skip_conflicts: bool = False,
+    skip_conflicts: bool = False, referenced: Mapping[str, Column] | None = None,
 ):
     """INSERT … SELECT … FROM unnest(:a, :b) … RETURNING: one row per position of the
     `id_columns` lists, two array parameters whatever the batch size; to run, or to use as a
-    CTE of a larger statement. `skip_conflicts`: ON CONFLICT DO NOTHING (see enqueue_statement)."""
+    CTE of a larger statement. `skip_conflicts`: ON CONFLICT DO NOTHING (see enqueue_statement).
+    `referenced` ({"user_id": users.c.id}): a position whose referenced row is gone is skipped,
+    in the same statement, instead of failing the insert on its foreign key."""
     names = list(id_columns)
     arrays = func.unnest(
         *(bindparam(None, list(id_columns[name]), type_=BigIntArray) for name in names)
@@ -213,20 +215,20 @@ def insert_rows_statement(
     source = select(
         *(literal(value, table.c[name].type).label(name) for name, value in constants.items()),
         *(arrays.c[name] for name in names),
-    )
+    ).where(*(exists().where(column == arrays.c[name]) for name, column in (referenced or {}).items()))
     statement = pg_insert(table).from_select([*constants, *names], source)
     if skip_conflicts:
         statement = statement.on_conflict_do_nothing()
     return statement.returning(*(table.c[name] for name in returning))
 
 
-def insert_rows(conn: Connection, table: Table, constants, id_columns, returning) -> list[dict]:
+def insert_rows(conn: Connection, table: Table, constants, id_columns, returning, referenced=None) -> list[dict]:
     """Insert one row per position of the `id_columns` lists; the `returning` columns by name.
     Into `jobs` where SAN has a unique index on it, a conflicting row is skipped."""
     if not any(id_columns.values()):
         return []
     skip = table is jobs and has_unique_job_index(conn)
-    statement = insert_rows_statement(table, constants, id_columns, returning, skip_conflicts=skip)
+    statement = insert_rows_statement(table, constants, id_columns, returning, skip_conflicts=skip, referenced=referenced)
     return [dict(row) for row in conn.execute(statement).mappings()]
 
 

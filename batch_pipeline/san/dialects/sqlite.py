@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Integer, Table, cast, event, func, insert, literal, text
+from sqlalchemy import Integer, Table, cast, event, func, insert, literal, select, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -79,13 +79,20 @@ def minutes_since(instant: datetime, column: ColumnElement) -> ColumnElement:
     return seconds // 60
 
 
-def insert_rows(conn: Connection, table: Table, constants, id_columns, returning) -> list[dict]:
+def insert_rows(conn: Connection, table: Table, constants, id_columns, returning, referenced=None) -> list[dict]:
     """Insert one row per position of the `id_columns` lists (an executemany); the
-    `returning` columns of the new rows by name, in the order given."""
+    `returning` columns of the new rows by name, in the order given. `referenced`: a position
+    whose referenced row is gone is skipped (read first, in the same transaction, which holds
+    SQLite's write lock)."""
     names = list(id_columns)
     if not any(id_columns.values()):
         return []
     rows = [{**constants, **dict(zip(names, values))} for values in zip(*(id_columns[name] for name in names))]
+    for name, column in (referenced or {}).items():
+        present = set(conn.execute(select(column).where(id_in(column, [row[name] for row in rows]))).scalars())
+        rows = [row for row in rows if row[name] in present]
+    if not rows:
+        return []
     returned = [table.c[name] for name in returning]
     statement = insert(table).returning(*returned, sort_by_parameter_order=True)
     return [dict(row) for row in conn.execute(statement, rows).mappings()]
