@@ -195,12 +195,12 @@ def last_failures(engine: Engine, recovery: TargetRecovery, targets: pd.DataFram
     if not with_attempts:
         return NO_FAILURES
     with read_transaction(engine, limits) as conn:
-        rows = conn.execute(
+        sql = dialect(conn)
+        rows = sql.plain_rows(conn.execute(
             select(jobs.c.target_id, func.max(jobs.c.updated_at))
-            .where(jobs.c.status == FAILED, jobs.c.job_type == recovery.job_type,
-                   dialect(conn).id_in(jobs.c.target_id, with_attempts))
+            .where(jobs.c.status == FAILED, jobs.c.job_type == recovery.job_type, sql.id_in(jobs.c.target_id, with_attempts))
             .group_by(jobs.c.target_id)
-        ).tuples().all()
+        ))
     if not rows:
         return NO_FAILURES
     target_ids, ended = zip(*rows)

@@ -19,12 +19,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from sqlalchemy import (
-    BigInteger, Column, Integer, Table, Text, TypeDecorator, and_, any_, bindparam, cast, exists, false, func,
+    BigInteger, Column, Integer, Table, Text, TypeDecorator, and_, any_, bindparam, cast, exists, false, func, insert,
     literal, null, select, text, true,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, CursorResult, Result
+from sqlalchemy.engine.cursor import CursorFetchStrategy
 from sqlalchemy.sql.elements import ColumnElement
 
 from batch_pipeline.san.schema import PENDING, Timestamp, holds_its_target, jobs
@@ -163,6 +164,19 @@ def can_fuse(conn: Connection, source: JobSource) -> bool:
     return source.creates_targets or has_target_index(conn)
 
 
+def plain_rows(result: Result) -> list[tuple]:
+    """Every row of `result` as psycopg's own tuples, in one fetch. psycopg decodes ints, text
+    and timestamptz itself, and wrapping each row in a SQLAlchemy Row cost more than the fetch
+    (docs/benchmarks.md, "Figures behind the code"). A result SQLAlchemy buffers itself
+    (streamed or fully buffered) is read through SQLAlchemy."""
+    if isinstance(result, CursorResult) and type(result.cursor_strategy) is CursorFetchStrategy:
+        try:
+            return result.cursor.fetchall()
+        finally:
+            result.close()
+    return result.tuples().all()
+
+
 # -- expressions -------------------------------------------------------------------------------
 def id_in(column: ColumnElement, ids: Sequence[int]) -> ColumnElement:
     """`column IN ids`, as one array parameter."""
@@ -199,6 +213,14 @@ def notify_job_ids(channel: str):
 
 
 # -- inserts -----------------------------------------------------------------------------------
+def insert_into(table: Table, skip_conflicts: bool = False):
+    """INSERT INTO `table`, with `skip_conflicts` ON CONFLICT DO NOTHING. SQLAlchemy caches the
+    compiled SQL of a core insert but never of the dialect's Insert (which ON CONFLICT needs):
+    with it every write batch compiled its whole statement again (docs/benchmarks.md, "Figures
+    behind the code"), so the dialect's form is used only when a conflict clause is."""
+    return pg_insert(table).on_conflict_do_nothing() if skip_conflicts else insert(table)
+
+
 def insert_rows_statement(
     table: Table, constants: Mapping[str, object], id_columns: Mapping[str, Sequence[int | None]], returning: Sequence[str],
     skip_conflicts: bool = False, referenced: Mapping[str, Column] | None = None,
@@ -216,9 +238,7 @@ def insert_rows_statement(
         *(literal(value, table.c[name].type).label(name) for name, value in constants.items()),
         *(arrays.c[name] for name in names),
     ).where(*(exists().where(column == arrays.c[name]) for name, column in (referenced or {}).items()))
-    statement = pg_insert(table).from_select([*constants, *names], source)
-    if skip_conflicts:
-        statement = statement.on_conflict_do_nothing()
+    statement = insert_into(table, skip_conflicts).from_select([*constants, *names], source)
     return statement.returning(*(table.c[name] for name in returning))
 
 
@@ -306,21 +326,16 @@ def enqueue_statement(source: JobSource, now: datetime, max_attempts: int, notif
         )
     active = counted.c.active_jobs > 0
     exhausted = and_(~active, counted.c.attempts >= max_attempts) if max_attempts else false()
-    insert_jobs = (
-        pg_insert(jobs)
-        .from_select(
-            ["job_type", "target_id", "status", "created_at", "updated_at", "retry_of_job_id"],
-            select(
-                counted.c.job_type, counted.c.target_id, literal(PENDING, jobs.c.status.type),
-                literal(now, jobs.c.created_at.type), literal(now, jobs.c.updated_at.type), counted.c.retry_of,
-            ).where(~active, ~exhausted).order_by(counted.c.job_type, counted.c.target_id),
-        )
+    # The app's own enqueue does not take the advisory lock: where SAN has a unique index on
+    # active jobs (`skip_conflicts`), a job it committed after this statement's snapshot is a
+    # conflict, and that target is skipped (counted as skipped_by_race), not the batch rolled back.
+    insert_jobs = insert_into(jobs, skip_conflicts).from_select(
+        ["job_type", "target_id", "status", "created_at", "updated_at", "retry_of_job_id"],
+        select(
+            counted.c.job_type, counted.c.target_id, literal(PENDING, jobs.c.status.type),
+            literal(now, jobs.c.created_at.type), literal(now, jobs.c.updated_at.type), counted.c.retry_of,
+        ).where(~active, ~exhausted).order_by(counted.c.job_type, counted.c.target_id),
     )
-    if skip_conflicts:
-        # The app's own enqueue does not take the advisory lock: where SAN has a unique index on
-        # active jobs, a job it committed after this statement's snapshot is a conflict, and
-        # that target is skipped (counted as skipped_by_race), not the batch rolled back.
-        insert_jobs = insert_jobs.on_conflict_do_nothing()
     inserted = insert_jobs.returning(jobs.c.id, jobs.c.job_type, jobs.c.target_id, jobs.c.retry_of_job_id).cte("inserted")
     columns = [
         *(array_of(inserted.c[name], inserted.c.id).label(f"created_{name}")

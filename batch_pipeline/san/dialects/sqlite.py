@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Integer, Table, cast, event, func, insert, literal, select, text
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Engine, Result
 from sqlalchemy.sql.elements import ColumnElement
 
 from batch_pipeline.san.schema import Timestamp
@@ -67,6 +67,12 @@ def invalid_indexes(conn: Connection, index_names: Sequence[str]) -> list[str]:
 
 def can_fuse(conn: Connection, source) -> bool:
     return False  # the fused enqueue statement is PostgreSQL's
+
+
+def plain_rows(result: Result) -> list[tuple]:
+    """Every row of `result`, in one fetch, through SQLAlchemy: SQLite hands back timestamps as
+    text, which SQLAlchemy's result processing turns into datetimes."""
+    return result.tuples().all()
 
 
 def id_in(column: ColumnElement, ids: Sequence[int]) -> ColumnElement:
