@@ -176,9 +176,10 @@ def _enqueue_portably(conn: Connection, source: JobSource, now: datetime, max_at
             ).scalars())
             unique = {target: request for target, request in unique.items() if target in still}
         counts = {} if source.creates_targets or not unique else {
-            # .tuples().all(): one fetch for the whole batch, no per-row Row objects
+            # one fetch for the whole batch, the driver's own rows where it can (plain_rows)
             target_id: (attempts, active)
-            for target_id, attempts, active in conn.execute(attempts_and_active(conn, job_type, list(unique))).tuples().all()
+            for target_id, attempts, active in dialect(conn).plain_rows(
+                conn.execute(attempts_and_active(conn, job_type, list(unique))))
         }
         to_create: list[EnqueueRequest] = []
         for target_id, request in sorted(unique.items()):

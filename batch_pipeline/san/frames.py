@@ -13,7 +13,7 @@ from sqlalchemy import case, literal
 from sqlalchemy.engine import Result
 from sqlalchemy.sql.elements import ColumnElement
 
-from batch_pipeline.san.dialects import DIALECTS
+from batch_pipeline.san.dialects import dialect
 
 # The instants a frame's datetime64[ns] column can hold. SAN's rows hold others (a worker's zero
 # time, year 1; '-infinity'; 1500-01-01) that SQL judges fine but pandas cannot represent.
@@ -66,7 +66,7 @@ class FrameSchema:
         """
         # One fetch of plain tuples, then one typed column at a time: no per-row Row objects
         # and no dtype inference over Python objects (docs/benchmarks.md, "Figures behind the code").
-        rows = DIALECTS[rows.context.dialect.name].plain_rows(rows) if isinstance(rows, Result) else list(rows)
+        rows = dialect(rows.context.root_connection).plain_rows(rows) if isinstance(rows, Result) else list(rows)
         values = list(zip(*rows)) if rows else [()] * len(self.columns)
         return pd.DataFrame({
             column: _column(column_values, dtype)
