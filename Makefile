@@ -6,7 +6,7 @@ PORT ?= 3000
 VENV := .venv
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test
+.PHONY: install run test format
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -24,5 +24,12 @@ run: $(STAMP)
 
 # --dist loadfile: a test module runs on one worker, in order (the UI test walks through steps).
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	scripts/install-chromium
 	$(VENV)/bin/python -m pytest -n 2 --dist loadfile batch_pipeline_tests
+
+# Fix what the linter can and format the tree (what `make test` checks first).
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .

@@ -8,7 +8,11 @@ from batch_pipeline.alerts.sensors import check_failure_alert, run_failure_alert
 from batch_pipeline.fast_lane.assets import fast_heal
 from batch_pipeline.fast_lane.jobs import fast_heal_job
 from batch_pipeline.fast_lane.sensors import fast_heal_sensor
-from batch_pipeline.operations.run_retention import build_run_retention_job, run_retention_days, run_retention_schedule
+from batch_pipeline.operations.run_retention import (
+    build_run_retention_job,
+    run_retention_days,
+    run_retention_schedule,
+)
 from batch_pipeline.recovery.assets import recovery_assets
 from batch_pipeline.recovery.freshness import RECOVERY_FRESHNESS_CHECKS, recovery_freshness
 from batch_pipeline.recovery.jobs import recovery_job
@@ -53,10 +57,24 @@ def build_definitions() -> Definitions:
     freshness_job, freshness_schedule = recovery_freshness(timezone)
     return Definitions(
         assets=[*recovery_assets, fast_heal, til_asset(days)],
-        asset_checks=[til_coverage, *RECOVERY_FRESHNESS_CHECKS],  # the recovery assets carry their other checks themselves
-        jobs=[recovery_job, fast_heal_job, til_job, til_checks_job, run_retention_job, freshness_job],
-        schedules=[recovery_schedule(timezone), til_schedule(til_job), run_retention_schedule(run_retention_job, keep_days, timezone),
-                   freshness_schedule],
+        asset_checks=[
+            til_coverage,
+            *RECOVERY_FRESHNESS_CHECKS,
+        ],  # the recovery assets carry their other checks themselves
+        jobs=[
+            recovery_job,
+            fast_heal_job,
+            til_job,
+            til_checks_job,
+            run_retention_job,
+            freshness_job,
+        ],
+        schedules=[
+            recovery_schedule(timezone),
+            til_schedule(til_job),
+            run_retention_schedule(run_retention_job, keep_days, timezone),
+            freshness_schedule,
+        ],
         sensors=[
             fast_heal_sensor,
             til_checks_after_run(til_job, til_checks_job),

@@ -9,18 +9,32 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from batch_pipeline.san.database import (
-    SanConnectionError, check_connection, create_san_engine, database_now, read_transaction, redacted, utc_now,
+    SanConnectionError,
+    check_connection,
+    create_san_engine,
+    database_now,
+    read_transaction,
+    redacted,
+    utc_now,
 )
 from batch_pipeline.san.dispatch import (
-    DEFAULT_REDIS_URL, DispatcherConfigError, RedisStreamDispatcher, build_dispatcher, redact_secrets,
+    DEFAULT_REDIS_URL,
+    DispatcherConfigError,
+    RedisStreamDispatcher,
+    build_dispatcher,
+    redact_secrets,
 )
 from batch_pipeline.san.schema import (
-    SanSchemaError, app_guarantee_index, app_guarantee_statement, index_advice, targets_with_two_active_jobs, verify_schema,
+    SanSchemaError,
+    app_guarantee_index,
+    app_guarantee_statement,
+    index_advice,
+    targets_with_two_active_jobs,
+    verify_schema,
 )
 from batch_pipeline.san.timezone import TimezoneConfigError, san_timezone_name
 
@@ -39,17 +53,42 @@ class Finding:
 
 # What the driver says -> the fix to print (the first that matches).
 CONNECTION_FIXES = (
-    ("not a valid SQLAlchemy URL", "write SAN_DATABASE_URL as postgresql+psycopg://user:password@host:5432/dbname"),
-    ("names the '", "batch_pipeline runs on PostgreSQL (or the SQLite demo): point SAN_DATABASE_URL at SAN's PostgreSQL"),
-    ("password authentication failed", "fix the user or password in SAN_DATABASE_URL (or the server's pg_hba.conf)"),
+    (
+        "not a valid SQLAlchemy URL",
+        "write SAN_DATABASE_URL as postgresql+psycopg://user:password@host:5432/dbname",
+    ),
+    (
+        "names the '",
+        "batch_pipeline runs on PostgreSQL (or the SQLite demo): point SAN_DATABASE_URL at SAN's "
+        "PostgreSQL",
+    ),
+    (
+        "password authentication failed",
+        "fix the user or password in SAN_DATABASE_URL (or the server's pg_hba.conf)",
+    ),
     ("no password supplied", "add the password to SAN_DATABASE_URL (user:password@host)"),
-    ("does not exist", "fix the database name at the end of SAN_DATABASE_URL (or the role name, if that is the one missing)"),
+    (
+        "does not exist",
+        "fix the database name at the end of SAN_DATABASE_URL (or the role name, if that is the "
+        "one missing)",
+    ),
     ("could not translate host name", "fix the host in SAN_DATABASE_URL: it does not resolve"),
     ("Name or service not known", "fix the host in SAN_DATABASE_URL: it does not resolve"),
-    ("Connection refused", "start the server, or fix the host and port in SAN_DATABASE_URL: nothing listens there"),
-    ("timeout expired", "the server did not answer within 10 s: check the host, the port and any firewall in between"),
+    (
+        "Connection refused",
+        "start the server, or fix the host and port in SAN_DATABASE_URL: nothing listens there",
+    ),
+    (
+        "timeout expired",
+        "the server did not answer within 10 s: check the host, the port and any firewall in "
+        "between",
+    ),
     ("SSL", "set sslmode in SAN_DATABASE_URL as the server requires (e.g. ?sslmode=require)"),
-    ("no pg_hba.conf entry", "the server refuses this client: add it to pg_hba.conf, or connect with SSL (?sslmode=require)"),
+    (
+        "no pg_hba.conf entry",
+        "the server refuses this client: add it to pg_hba.conf, or connect with SSL "
+        "(?sslmode=require)",
+    ),
 )
 
 
@@ -65,7 +104,9 @@ def diagnose(database_url: str) -> list[Finding]:
     try:
         findings.append(Finding(True, f"time zone {san_timezone_name()}"))
     except TimezoneConfigError as error:
-        findings.append(Finding(False, str(error), "set SAN_TIMEZONE to an IANA zone such as Asia/Seoul"))
+        findings.append(
+            Finding(False, str(error), "set SAN_TIMEZONE to an IANA zone such as Asia/Seoul")
+        )
     try:
         engine = create_san_engine(database_url)
         check_connection(engine)
@@ -77,9 +118,14 @@ def diagnose(database_url: str) -> list[Finding]:
         diagnose_connected(engine, findings)
     except SQLAlchemyError as error:  # bounded waits: a locked table is reported, not waited on
         reason = (str(getattr(error, "orig", None) or error).strip().splitlines() or [""])[0]
-        findings.append(Finding(False, f"the SAN database did not answer in time: {reason}",
-                                "a table is locked (a migration?) or the server is overloaded: look at pg_locks / "
-                                "pg_stat_activity, then run doctor again"))
+        findings.append(
+            Finding(
+                False,
+                f"the SAN database did not answer in time: {reason}",
+                "a table is locked (a migration?) or the server is overloaded: look at pg_locks / "
+                "pg_stat_activity, then run doctor again",
+            )
+        )
     engine.dispose()
     return findings
 
@@ -90,65 +136,101 @@ def diagnose_connected(engine, findings: list[Finding]) -> None:
             verify_schema(conn)
             findings.append(Finding(True, "every table and column batch_pipeline uses is present"))
         except SanSchemaError as error:
-            findings.append(Finding(False, str(error), "point SAN_DATABASE_URL at the SAN database"))
+            findings.append(
+                Finding(False, str(error), "point SAN_DATABASE_URL at the SAN database")
+            )
             return
         findings.extend(privilege_findings(conn))
         advice = index_advice(conn)
         if advice.missing:
-            invalid = f" (INVALID, left by an interrupted build: {', '.join(advice.invalid)})" if advice.invalid else ""
-            findings.append(Finding(
-                True,
-                "missing recommended indexes: " + ", ".join(ix.name for ix in advice.missing) + invalid
-                + ". Ready without them, but detection then reads whole tables (slow at SAN's size: "
-                "docs/benchmarks.md) and the fast lane stays off",
-                "run `python -m batch_pipeline create-indexes`, or:\n      " + ";\n      ".join(advice.create_with) + ";",
-                warning=True,
-            ))
+            invalid = (
+                f" (INVALID, left by an interrupted build: {', '.join(advice.invalid)})"
+                if advice.invalid
+                else ""
+            )
+            findings.append(
+                Finding(
+                    True,
+                    "missing recommended indexes: "
+                    + ", ".join(ix.name for ix in advice.missing)
+                    + invalid
+                    + ". Ready without them, but detection then reads whole tables (slow at SAN's "
+                    "size: "
+                    "docs/benchmarks.md) and the fast lane stays off",
+                    "run `python -m batch_pipeline create-indexes`, or:\n      "
+                    + ";\n      ".join(advice.create_with)
+                    + ";",
+                    warning=True,
+                )
+            )
         else:
             findings.append(Finding(True, "recommended indexes present"))
         if advice.superseded:
-            findings.append(Finding(
-                True,
-                "superseded indexes (replaced by newer recommended ones; they only cost the app's writes): "
-                + ", ".join(advice.superseded),
-                "run `python -m batch_pipeline create-indexes` (it drops them once their replacements exist), or:\n      "
-                + ";\n      ".join(advice.drop_with) + ";",
-                warning=True,
-            ))
+            findings.append(
+                Finding(
+                    True,
+                    "superseded indexes (replaced by newer recommended ones; they only cost the "
+                    "app's writes): " + ", ".join(advice.superseded),
+                    "run `python -m batch_pipeline create-indexes` (it drops them once their "
+                    "replacements exist), or:\n      " + ";\n      ".join(advice.drop_with) + ";",
+                    warning=True,
+                )
+            )
         findings.append(app_guarantee_finding(conn))
         skew = (database_now(conn) - utc_now()).total_seconds()
-        findings.append(Finding(
-            abs(skew) <= MAX_CLOCK_SKEW_SECONDS,
-            f"clock skew database - this server: {skew:+.1f} s",
-            "" if abs(skew) <= MAX_CLOCK_SKEW_SECONDS else "synchronise both clocks (NTP): thresholds are measured in minutes",
-        ))
+        findings.append(
+            Finding(
+                abs(skew) <= MAX_CLOCK_SKEW_SECONDS,
+                f"clock skew database - this server: {skew:+.1f} s",
+                ""
+                if abs(skew) <= MAX_CLOCK_SKEW_SECONDS
+                else "synchronise both clocks (NTP): thresholds are measured in minutes",
+            )
+        )
         redis_url = os.environ.get("SAN_REDIS_URL") or DEFAULT_REDIS_URL
         try:
-            dispatcher = build_dispatcher(os.environ.get("SAN_JOB_DISPATCHER"), conn.dialect.name, redis_url)
+            dispatcher = build_dispatcher(
+                os.environ.get("SAN_JOB_DISPATCHER"), conn.dialect.name, redis_url
+            )
             if isinstance(dispatcher, RedisStreamDispatcher):
                 dispatcher.ping()
             findings.append(Finding(True, f"dispatcher {dispatcher.kind}"))
         except DispatcherConfigError as error:
-            findings.append(Finding(False, str(error), "set SAN_JOB_DISPATCHER to pg_notify, redis_stream or none"))
+            findings.append(
+                Finding(
+                    False, str(error), "set SAN_JOB_DISPATCHER to pg_notify, redis_stream or none"
+                )
+            )
         except Exception as error:  # Redis unreachable
-            findings.append(Finding(False, f"Redis at {redacted(redis_url)} is unreachable: "
-                                           f"{redact_secrets(str(error), redis_url)}",
-                                    "start Redis or fix SAN_REDIS_URL (jobs are still created, only not announced)"))
+            findings.append(
+                Finding(
+                    False,
+                    f"Redis at {redacted(redis_url)} is unreachable: "
+                    f"{redact_secrets(str(error), redis_url)}",
+                    "start Redis or fix SAN_REDIS_URL (jobs are still created, only not announced)",
+                )
+            )
 
 
 def app_guarantee_finding(conn) -> Finding:
     """Whether one active job per target is guaranteed by a unique index (the app's side)."""
     present = app_guarantee_index(conn)
     if present:
-        return Finding(True, f"one active job per (job_type, target_id) is guaranteed by the unique index {present}")
+        return Finding(
+            True,
+            f"one active job per (job_type, target_id) is guaranteed by the unique index {present}",
+        )
     doubled = targets_with_two_active_jobs(conn)
     return Finding(
         True,
-        "no unique index guarantees one active job per (job_type, target_id): the app's own enqueue (which does not "
+        "no unique index guarantees one active job per (job_type, target_id): the app's own "
+        "enqueue (which does not "
         "take batch_pipeline's lock) can race a recovery into two active jobs for one target"
         + (f"; {doubled} target(s) have two active jobs now" if doubled else ""),
-        "for SAN's team to decide (the app's own second enqueue of an active target would then fail): "
-        + app_guarantee_statement(conn.dialect.name) + ";"
+        "for SAN's team to decide (the app's own second enqueue of an active target would then "
+        "fail): "
+        + app_guarantee_statement(conn.dialect.name)
+        + ";"
         + (" Close the doubled active jobs first, or the build fails." if doubled else ""),
         warning=True,
     )
@@ -157,8 +239,11 @@ def app_guarantee_finding(conn) -> Finding:
 # What the pipeline does to each table (the README's list): (table, privilege).
 REQUIRED_PRIVILEGES = (
     *(("users", "SELECT"), ("scraps", "SELECT"), ("knowledge_cards", "SELECT")),
-    ("jobs", "SELECT"), ("jobs", "INSERT"), ("jobs", "UPDATE"),
-    ("daily_summaries", "SELECT"), ("daily_summaries", "INSERT"),
+    ("jobs", "SELECT"),
+    ("jobs", "INSERT"),
+    ("jobs", "UPDATE"),
+    ("daily_summaries", "SELECT"),
+    ("daily_summaries", "INSERT"),
 )
 
 
@@ -167,19 +252,36 @@ def privilege_findings(conn) -> list[Finding]:
     pass every other check and fail the first write)."""
     if conn.dialect.name != "postgresql":
         return []
-    missing = [f"{action} on {table}" for table, action in REQUIRED_PRIVILEGES
-               if not conn.execute(text("SELECT has_table_privilege(:table, :action)"),
-                                   {"table": table, "action": action}).scalar_one()]
+    missing = [
+        f"{action} on {table}"
+        for table, action in REQUIRED_PRIVILEGES
+        if not conn.execute(
+            text("SELECT has_table_privilege(:table, :action)"), {"table": table, "action": action}
+        ).scalar_one()
+    ]
     for table in ("jobs", "daily_summaries"):  # the id defaults of the rows it inserts
-        sequence = conn.execute(text("SELECT pg_get_serial_sequence(:table, 'id')"), {"table": table}).scalar_one()
-        if sequence and not conn.execute(text("SELECT has_sequence_privilege(:sequence, 'USAGE')"),
-                                         {"sequence": sequence}).scalar_one():
+        sequence = conn.execute(
+            text("SELECT pg_get_serial_sequence(:table, 'id')"), {"table": table}
+        ).scalar_one()
+        if (
+            sequence
+            and not conn.execute(
+                text("SELECT has_sequence_privilege(:sequence, 'USAGE')"), {"sequence": sequence}
+            ).scalar_one()
+        ):
             missing.append(f"USAGE on sequence {sequence}")
     if not missing:
         return [Finding(True, "this role may read the SAN tables, write jobs and daily_summaries")]
     role = conn.execute(text("SELECT current_user")).scalar_one()
-    return [Finding(False, f"role {role} lacks: {', '.join(missing)}",
-                    "GRANT them (e.g. GRANT SELECT, INSERT, UPDATE ON jobs TO " + role + "), then run doctor again")]
+    return [
+        Finding(
+            False,
+            f"role {role} lacks: {', '.join(missing)}",
+            "GRANT them (e.g. GRANT SELECT, INSERT, UPDATE ON jobs TO "
+            + role
+            + "), then run doctor again",
+        )
+    ]
 
 
 def run_doctor(database_url: str, out: Callable[[str], None] = print) -> int:

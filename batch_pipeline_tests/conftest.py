@@ -20,13 +20,21 @@ from sqlalchemy import func, insert, select, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import OperationalError
 
-from batch_pipeline.sandbox.app_schema import APP_DDL
 from batch_pipeline.san.database import create_san_engine, utc_now
-from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.dialects.postgresql import has_target_index
+from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.schema import (
-    COMPLETED, PENDING, create_recommended_indexes, create_schema, daily_summaries, jobs, knowledge_cards, scraps, users,
+    COMPLETED,
+    PENDING,
+    create_recommended_indexes,
+    create_schema,
+    daily_summaries,
+    jobs,
+    knowledge_cards,
+    scraps,
+    users,
 )
+from batch_pipeline.sandbox.app_schema import APP_DDL
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -39,7 +47,9 @@ def schema_url(base: str, schema: str) -> str:
     url = make_url(base)
     if url.drivername in ("postgresql", "postgresql+psycopg2"):
         url = url.set(drivername="postgresql+psycopg")
-    return url.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
+    return url.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(
+        hide_password=False
+    )
 
 
 class SanDb:
@@ -59,50 +69,96 @@ class SanDb:
         nickname = nickname or self.nickname
         with self.engine.begin() as conn:
             if nickname is not None:  # the app's DDL has it; the pipeline's own tables do not
-                return conn.execute(text("INSERT INTO users (nickname) VALUES (:nickname) RETURNING id"),
-                                    {"nickname": nickname}).scalar_one()
+                return conn.execute(
+                    text("INSERT INTO users (nickname) VALUES (:nickname) RETURNING id"),
+                    {"nickname": nickname},
+                ).scalar_one()
             if self.kind == "sqlite":
-                return conn.execute(insert(users).values(id=None).returning(users.c.id)).scalar_one()
+                return conn.execute(
+                    insert(users).values(id=None).returning(users.c.id)
+                ).scalar_one()
             return conn.execute(text("INSERT INTO users DEFAULT VALUES RETURNING id")).scalar_one()
 
-    def scrap(self, user_id: int, created_at: datetime | None = None, refined: bool = True, card: bool = False) -> int:
+    def scrap(
+        self,
+        user_id: int,
+        created_at: datetime | None = None,
+        refined: bool = True,
+        card: bool = False,
+    ) -> int:
         created_at = created_at or self.ago(days=1)
         with self.engine.begin() as conn:
             scrap_id = conn.execute(
-                insert(scraps).values(
-                    user_id=user_id, original_content="original", refined_content="refined" if refined else None,
-                    created_at=created_at, updated_at=created_at,
-                ).returning(scraps.c.id)
+                insert(scraps)
+                .values(
+                    user_id=user_id,
+                    original_content="original",
+                    refined_content="refined" if refined else None,
+                    created_at=created_at,
+                    updated_at=created_at,
+                )
+                .returning(scraps.c.id)
             ).scalar_one()
             if card:
-                conn.execute(insert(knowledge_cards).values(scrap_id=scrap_id, user_id=user_id, created_at=created_at))
+                conn.execute(
+                    insert(knowledge_cards).values(
+                        scrap_id=scrap_id, user_id=user_id, created_at=created_at
+                    )
+                )
         return scrap_id
 
-    def summary(self, user_id: int, created_at: datetime | None = None, content: str | None = None,
-                target_date=None) -> int:
+    def summary(
+        self,
+        user_id: int,
+        created_at: datetime | None = None,
+        content: str | None = None,
+        target_date=None,
+    ) -> int:
         """A daily summary; content None: its TIL was never written."""
         created_at = created_at or self.ago(days=1)
         with self.engine.begin() as conn:
             return conn.execute(
-                insert(daily_summaries).values(
-                    user_id=user_id, target_date=target_date or created_at.date(), content=content, created_at=created_at,
-                ).returning(daily_summaries.c.id)
+                insert(daily_summaries)
+                .values(
+                    user_id=user_id,
+                    target_date=target_date or created_at.date(),
+                    content=content,
+                    created_at=created_at,
+                )
+                .returning(daily_summaries.c.id)
             ).scalar_one()
 
     def card(self, scrap_id: int, user_id: int, created_at: datetime | None = None) -> None:
         with self.engine.begin() as conn:
-            conn.execute(insert(knowledge_cards).values(scrap_id=scrap_id, user_id=user_id, created_at=created_at or self.now))
+            conn.execute(
+                insert(knowledge_cards).values(
+                    scrap_id=scrap_id, user_id=user_id, created_at=created_at or self.now
+                )
+            )
 
-    def job(self, job_type: str, target_id: int, status: str = PENDING, created_at: datetime | None = None,
-            started_at: datetime | None = None, updated_at: datetime | None = None) -> int:
+    def job(
+        self,
+        job_type: str,
+        target_id: int,
+        status: str = PENDING,
+        created_at: datetime | None = None,
+        started_at: datetime | None = None,
+        updated_at: datetime | None = None,
+    ) -> int:
         created_at = created_at or self.now
         with self.engine.begin() as conn:
             return conn.execute(
-                insert(jobs).values(
-                    job_type=job_type, target_id=target_id, status=status, created_at=created_at,
-                    updated_at=updated_at or started_at or created_at, started_at=started_at,
+                insert(jobs)
+                .values(
+                    job_type=job_type,
+                    target_id=target_id,
+                    status=status,
+                    created_at=created_at,
+                    updated_at=updated_at or started_at or created_at,
+                    started_at=started_at,
                     finished_at=created_at if status == COMPLETED else None,
-                ).returning(jobs.c.id)
+                )
+                .returning(jobs.c.id)
             ).scalar_one()
 
     def jobs(self, **where) -> list:
@@ -159,15 +215,23 @@ class PgSchema:
                 conn.execute(text(f"DROP SCHEMA {self.name} CASCADE"))
         except OperationalError as error:
             with self.admin.connect() as conn:
-                holders = conn.execute(text(
-                    "SELECT DISTINCT a.pid, a.state, left(a.query, 120) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
-                    "JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_stat_activity a ON a.pid = l.pid "
-                    "WHERE n.nspname = :schema AND a.pid <> pg_backend_pid()"), {"schema": self.name}).all()
+                holders = conn.execute(
+                    text(
+                        "SELECT DISTINCT a.pid, a.state, left(a.query, 120) FROM pg_locks l JOIN "
+                        "pg_class c ON c.oid = l.relation "
+                        "JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_stat_activity a ON "
+                        "a.pid = l.pid "
+                        "WHERE n.nspname = :schema AND a.pid <> pg_backend_pid()"
+                    ),
+                    {"schema": self.name},
+                ).all()
                 for pid, _state, _query in holders:  # so the rest of the suite is not blocked too
                     conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
                 conn.execute(text(f"DROP SCHEMA IF EXISTS {self.name} CASCADE"))
                 conn.commit()
-            raise AssertionError(f"the test left a connection open in a transaction on its schema: {holders}") from error
+            raise AssertionError(
+                f"the test left a connection open in a transaction on its schema: {holders}"
+            ) from error
         finally:
             self.admin.dispose()
 
@@ -210,8 +274,13 @@ def job_notifications(db: "SanDb") -> Iterator[Notifications]:
     afterwards the list holds every payload received on it (each one, duplicates included),
     collected until the channel has been quiet for 1 s. Announce with `received.channel`."""
     url = make_url(db.url)
-    conn = psycopg.connect(host=url.host, port=url.port or 5432, user=url.username, dbname=url.database,
-                           autocommit=True)
+    conn = psycopg.connect(
+        host=url.host,
+        port=url.port or 5432,
+        user=url.username,
+        dbname=url.database,
+        autocommit=True,
+    )
     received = Notifications(f"san_jobs_test_{uuid.uuid4().hex[:12]}")
     try:
         conn.execute(f"LISTEN {received.channel}")

@@ -46,8 +46,10 @@ def dagster_storage_database(server_url: str):
     server = make_url(server_url)
     try:
         yield {
-            "DAGSTER_PG_HOST": server.host or "127.0.0.1", "DAGSTER_PG_PORT": str(server.port or 5432),
-            "DAGSTER_PG_USER": server.username or "postgres", "DAGSTER_PG_PASSWORD": server.password or "unused",
+            "DAGSTER_PG_HOST": server.host or "127.0.0.1",
+            "DAGSTER_PG_PORT": str(server.port or 5432),
+            "DAGSTER_PG_USER": server.username or "postgres",
+            "DAGSTER_PG_PASSWORD": server.password or "unused",
             "DAGSTER_PG_DB": name,
         }
     finally:
@@ -56,7 +58,9 @@ def dagster_storage_database(server_url: str):
         admin.dispose()
 
 
-def launch_through_webserver(port: int, job_name: str, run_config: dict, timeout_s: float = 300) -> tuple[str, str]:
+def launch_through_webserver(
+    port: int, job_name: str, run_config: dict, timeout_s: float = 300
+) -> tuple[str, str]:
     """Submit a run through the webserver's GraphQL API (retried while the code location is
     still loading), wait for it to end; returns (run id, final status)."""
     from dagster_graphql import DagsterGraphQLClient
@@ -65,12 +69,19 @@ def launch_through_webserver(port: int, job_name: str, run_config: dict, timeout
 
     def submitted():
         try:
-            return client.submit_job_execution(job_name, repository_location_name="batch_pipeline",
-                                               run_config=run_config)
+            return client.submit_job_execution(
+                job_name, repository_location_name="batch_pipeline", run_config=run_config
+            )
         except Exception:  # the code location may still be loading from the code server
             return None
 
     run_id = wait_for(submitted, 120, f"the webserver to launch {job_name}")
-    status = wait_for(lambda: (s := client.get_run_status(run_id).value) in ("SUCCESS", "FAILURE", "CANCELED") and s,
-                      timeout_s, f"the {job_name} run to end", every_s=2)
+    status = wait_for(
+        lambda: (
+            (s := client.get_run_status(run_id).value) in ("SUCCESS", "FAILURE", "CANCELED") and s
+        ),
+        timeout_s,
+        f"the {job_name} run to end",
+        every_s=2,
+    )
     return run_id, status

@@ -5,9 +5,9 @@ import re
 import uuid
 
 from batch_pipeline.recovery.registry import AREAS, RECOVERIES
+from batch_pipeline_tests.conftest import pg_admin_url
 from bench import baseline
 from bench.runner import run_benchmark
-from batch_pipeline_tests.conftest import pg_admin_url
 
 
 def test_the_baseline_has_one_statement_per_recovery_of_the_registry():
@@ -16,17 +16,25 @@ def test_the_baseline_has_one_statement_per_recovery_of_the_registry():
 
 def test_benchmark_runs_and_pipeline_matches_the_baseline():
     lines = []
-    figures = run_benchmark(0.01, pg_admin_url(), repeats=1, out=lines.append, prefix=f"bp_bench_{uuid.uuid4().hex[:8]}")
+    figures = run_benchmark(
+        0.01, pg_admin_url(), repeats=1, out=lines.append, prefix=f"bp_bench_{uuid.uuid4().hex[:8]}"
+    )
     for area in AREAS:
         assert figures.rows[f"pipeline {area}"] == figures.rows[f"baseline {area}"] > 0
     assert figures.rows["pipeline til jobs"] == figures.rows["baseline til jobs"] > 0
     # at this toy scale the fixed overhead can exceed a run, so a ratio may be negative
-    assert re.fullmatch(r"ratio recovery=-?\d+\.\d\d til=-?\d+\.\d\d overhead_s=\d+\.\d rss_mb=\d+ probe_ms=\d+\.\d", figures.summary_line())
+    assert re.fullmatch(
+        r"ratio recovery=-?\d+\.\d\d til=-?\d+\.\d\d overhead_s=\d+\.\d rss_mb=\d+ "
+        r"probe_ms=\d+\.\d",
+        figures.summary_line(),
+    )
     text = "\n".join(lines)
     assert "Index Only Scan jobs(ix_san_jobs_target)" in text  # plans are reported with the indexes
     # the unknown-status check, run in every recovery run, reads its partial index (an index or
     # a bitmap scan), never every job
-    with_indexes = lines[next(i for i, line in enumerate(lines) if "## with the recommended indexes" in line):]
+    with_indexes = lines[
+        next(i for i, line in enumerate(lines) if "## with the recommended indexes" in line) :
+    ]
     [unknown] = [line for line in with_indexes if "unknown_job_statuses check" in line]
     assert "(ix_san_jobs_unknown_status)" in unknown and "Seq Scan" not in unknown, unknown
     assert "Seq Scan" in text  # and without them
@@ -35,28 +43,49 @@ def test_benchmark_runs_and_pipeline_matches_the_baseline():
 def test_only_indexed_skips_the_no_index_template_and_its_runs():
     lines = []
     prefix = f"bp_bench_{uuid.uuid4().hex[:8]}"
-    figures = run_benchmark(0.01, pg_admin_url(), repeats=1, out=lines.append, prefix=prefix, only_indexed=True)
-    assert figures.rows["pipeline ghost_job_recovery"] == figures.rows["baseline ghost_job_recovery"] > 0
+    figures = run_benchmark(
+        0.01, pg_admin_url(), repeats=1, out=lines.append, prefix=prefix, only_indexed=True
+    )
+    assert (
+        figures.rows["pipeline ghost_job_recovery"]
+        == figures.rows["baseline ghost_job_recovery"]
+        > 0
+    )
     assert {mode for mode, _ in figures.times} == {"idx"}
     text = "\n".join(lines)
     assert "without the recommended indexes" not in text and "with the recommended indexes" in text
     # the write batches' plans too: per-target index probes, never a scan of a whole table
-    write_plans = {line.split("write batch")[0].strip(): line for line in lines if "write batch" in line}
+    write_plans = {
+        line.split("write batch")[0].strip(): line for line in lines if "write batch" in line
+    }
     assert set(write_plans) == {recovery.name for recovery in RECOVERIES}
-    # the unrefined and unwritten-TIL re-checks read their partial index by id, not the rows themselves
-    assert "Index Only Scan scraps(ix_san_scraps_unrefined_by_id)" in write_plans["unrefined_scraps"]
-    assert "Index Only Scan daily_summaries(ix_san_daily_summaries_unwritten_by_id)" in write_plans["unwritten_tils"]
+    # the unrefined and unwritten-TIL re-checks read their partial index by id, not the rows
+    # themselves
+    assert (
+        "Index Only Scan scraps(ix_san_scraps_unrefined_by_id)" in write_plans["unrefined_scraps"]
+    )
+    assert (
+        "Index Only Scan daily_summaries(ix_san_daily_summaries_unwritten_by_id)"
+        in write_plans["unwritten_tils"]
+    )
     assert "Seq Scan" not in "".join(write_plans.values())
 
 
 def test_probe_only_prints_the_fast_lane_probe_and_its_plans():
     lines = []
-    figures = run_benchmark(0.01, pg_admin_url(), repeats=1, out=lines.append,
-                            prefix=f"bp_bench_{uuid.uuid4().hex[:8]}", probe_only=True)
+    figures = run_benchmark(
+        0.01,
+        pg_admin_url(),
+        repeats=1,
+        out=lines.append,
+        prefix=f"bp_bench_{uuid.uuid4().hex[:8]}",
+        probe_only=True,
+    )
     assert figures.summary_line() == f"probe_ms={figures.probe_ms:.1f}" and figures.probe_ms > 0
     assert not figures.times  # no pipeline runs
     probe_plans = [line for line in lines if "lane:" in line]
-    assert len(probe_plans) == 10, probe_plans  # unclaimed jobs + (failures, failed, never enqueued) per recovery
+    # unclaimed jobs + (failures, failed, never enqueued) per recovery
+    assert len(probe_plans) == 10, probe_plans
     [unclaimed] = [line for line in probe_plans if "unclaimed PENDING jobs" in line]
     assert "ix_san_jobs_active_created" in unclaimed and "Seq Scan" not in unclaimed, unclaimed
     failed = [line for line in probe_plans if " recent failures " in line]
@@ -70,8 +99,15 @@ def test_the_app_guarantee_benchmark_runs_and_builds_the_index_it_measures():
     lines = []
     figures = run(pg_admin_url(), jobs=20_000, out=lines.append, writes=50, batch=200)
     assert set(figures) == {"without", "with", "build"} and figures["build"]["mb"] > 0
-    assert set(figures["with"]) == {"app insert ms", "worker claim ms", "worker complete ms", "recovery batch ms"}
-    assert any(line.startswith("CREATE UNIQUE INDEX CONCURRENTLY ux_san_jobs_one_active") for line in lines)
+    assert set(figures["with"]) == {
+        "app insert ms",
+        "worker claim ms",
+        "worker complete ms",
+        "recovery batch ms",
+    }
+    assert any(
+        line.startswith("CREATE UNIQUE INDEX CONCURRENTLY ux_san_jobs_one_active") for line in lines
+    )
 
 
 def test_the_lock_contention_benchmark_runs_every_writer_at_once_and_all_succeed():
@@ -79,5 +115,9 @@ def test_the_lock_contention_benchmark_runs_every_writer_at_once_and_all_succeed
 
     lines = []
     rows = run(pg_admin_url(), scale=0.01, days=2, old=False, out=lines.append, start_delay_s=8)
-    assert sorted(job for job, *_ in rows) == ["recovery_job", "til_auto_generation_job", "til_auto_generation_job"]
+    assert sorted(job for job, *_ in rows) == [
+        "recovery_job",
+        "til_auto_generation_job",
+        "til_auto_generation_job",
+    ]
     assert all(success for _job, _key, success, *_ in rows), lines

@@ -17,13 +17,21 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_code_location_loads_as_dagster_dev_loads_it():
     Definitions.validate_loadable(defs)
     repository = defs.get_repository_def()
-    assert {job.name for job in repository.get_all_jobs()} >= {"recovery_job", "til_auto_generation_job"}
+    assert {job.name for job in repository.get_all_jobs()} >= {
+        "recovery_job",
+        "til_auto_generation_job",
+    }
 
 
 def test_definitions_expose_the_job_assets_and_resources():
     assert defs.resolve_job_def("recovery_job").tags["batch_pipeline/concurrency"] == "recovery_job"
     specs = {spec.key.to_user_string(): spec for spec in defs.resolve_all_asset_specs()}
-    for area in ("ghost_job_recovery", "orphan_scrap_recovery", "orphan_scrap_refine_recovery", "til_generation_recovery"):
+    for area in (
+        "ghost_job_recovery",
+        "orphan_scrap_recovery",
+        "orphan_scrap_refine_recovery",
+        "til_generation_recovery",
+    ):
         assert specs[area].group_name == "san_recovery" and specs[area].description
     # descriptions are built from the design's defaults, not prose copies of them
     assert "PENDING > 30 min / PROCESSING > 60 min" in specs["ghost_job_recovery"].description
@@ -37,16 +45,23 @@ def test_recovery_schedule_runs_every_two_hours_in_seoul_by_default(monkeypatch)
     assert schedule.execution_timezone == "Asia/Seoul"
     assert schedule.default_status == DefaultScheduleStatus.RUNNING
     assert schedule.job_name == "recovery_job"
-    context = build_schedule_context(scheduled_execution_time=datetime(2026, 11, 30, 2, 0, tzinfo=ZoneInfo("Asia/Seoul")))
+    context = build_schedule_context(
+        scheduled_execution_time=datetime(2026, 11, 30, 2, 0, tzinfo=ZoneInfo("Asia/Seoul"))
+    )
     [request] = schedule.evaluate_tick(context).run_requests
     assert "ops" not in request.run_config  # scheduled runs use the design's defaults
 
 
 def test_san_timezone_overrides_and_an_unknown_zone_is_named(monkeypatch):
     monkeypatch.setenv("SAN_TIMEZONE", "America/New_York")
-    assert build_definitions().resolve_schedule_def("recovery_schedule").execution_timezone == "America/New_York"
+    assert (
+        build_definitions().resolve_schedule_def("recovery_schedule").execution_timezone
+        == "America/New_York"
+    )
     monkeypatch.setenv("SAN_TIMEZONE", "Mars/Olympus_Mons")
-    with pytest.raises(TimezoneConfigError, match="SAN_TIMEZONE='Mars/Olympus_Mons' is not a known IANA time zone"):
+    with pytest.raises(
+        TimezoneConfigError, match="SAN_TIMEZONE='Mars/Olympus_Mons' is not a known IANA time zone"
+    ):
         build_definitions()
 
 
@@ -63,13 +78,19 @@ def test_the_product_never_imports_the_sandbox():
     import subprocess
     import sys
 
-    probe = ("import sys, batch_pipeline.definitions, batch_pipeline.__main__, batch_pipeline.doctor; "
-             "print(sorted(m for m in sys.modules if m.startswith('batch_pipeline.sandbox')))")
-    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    probe = (
+        "import sys, batch_pipeline.definitions, batch_pipeline.__main__, batch_pipeline.doctor; "
+        "print(sorted(m for m in sys.modules if m.startswith('batch_pipeline.sandbox')))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert loaded == "[]"
 
 
-def test_an_embedded_default_that_was_never_made_names_the_command_that_makes_it(tmp_path, monkeypatch):
+def test_an_embedded_default_that_was_never_made_names_the_command_that_makes_it(
+    tmp_path, monkeypatch
+):
     from dagster import Failure
 
     from batch_pipeline.san.resources import SanDatabase
@@ -81,25 +102,39 @@ def test_an_embedded_default_that_was_never_made_names_the_command_that_makes_it
 
 def test_an_invalid_recovery_cron_is_an_error_at_load_that_names_it(monkeypatch):
     monkeypatch.setenv("SAN_RECOVERY_CRON", "every tuesday")
-    with pytest.raises(ValueError, match="SAN_RECOVERY_CRON='every tuesday' is not a valid cron expression"):
+    with pytest.raises(
+        ValueError, match="SAN_RECOVERY_CRON='every tuesday' is not a valid cron expression"
+    ):
         build_definitions()
     monkeypatch.setenv("SAN_RECOVERY_CRON", "*/15 * * * *")
-    assert build_definitions().resolve_schedule_def("recovery_schedule").cron_schedule == "*/15 * * * *"
+    assert (
+        build_definitions().resolve_schedule_def("recovery_schedule").cron_schedule
+        == "*/15 * * * *"
+    )
 
 
 def test_the_code_location_uses_no_private_dagster_module():
     # Private modules (dagster._…) change without notice between releases.
-    offenders = [str(path.relative_to(ROOT)) for path in (ROOT / "batch_pipeline").rglob("*.py")
-                 if "from dagster._" in path.read_text() or "import dagster._" in path.read_text()]
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "batch_pipeline").rglob("*.py")
+        if "from dagster._" in path.read_text() or "import dagster._" in path.read_text()
+    ]
     assert offenders == []
 
 
 def test_make_run_takes_a_port():
     import subprocess
 
-    default = subprocess.run(["make", "-n", "-C", str(ROOT), "run"], capture_output=True, text=True, check=True).stdout
-    other = subprocess.run(["make", "-n", "-C", str(ROOT), "run", "PORT=3001"], capture_output=True, text=True,
-                           check=True).stdout
+    default = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), "run"], capture_output=True, text=True, check=True
+    ).stdout
+    other = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), "run", "PORT=3001"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "--port 3000" in default and "--port 3001" in other and "--port 3000" not in other
 
 
@@ -110,7 +145,9 @@ def launchpad_default_yaml(definitions, job_name: str) -> str:
 
     snap = JobSnap.from_job_def(definitions.resolve_job_def(job_name))
     schema = snap.config_schema_snapshot
-    return default_values_yaml_from_type_snap(schema, schema.get_config_snap(snap.mode_def_snaps[0].root_config_key))
+    return default_values_yaml_from_type_snap(
+        schema, schema.get_config_snap(snap.mode_def_snaps[0].root_config_key)
+    )
 
 
 def test_the_launchpad_pre_fills_no_redis_setting_where_there_is_no_redis(monkeypatch):
@@ -121,4 +158,5 @@ def test_the_launchpad_pre_fills_no_redis_setting_where_there_is_no_redis(monkey
     monkeypatch.setenv("SAN_JOB_DISPATCHER", "redis_stream")
     monkeypatch.setenv("SAN_REDIS_URL", "redis://:secret@cache:6379/0")
     prefilled = launchpad_default_yaml(build_definitions(), "recovery_job")
-    assert "SAN_REDIS_URL" in prefilled and "secret" not in prefilled  # the variable's name, never its value
+    # the variable's name, never its value
+    assert "SAN_REDIS_URL" in prefilled and "secret" not in prefilled

@@ -3,12 +3,20 @@
 from sqlalchemy import text
 
 from batch_pipeline.doctor import run_doctor
-from batch_pipeline.san.schema import CARD_ANALYSIS, PENDING, PROCESSING, app_guarantee_statement, create_recommended_indexes
+from batch_pipeline.san.schema import (
+    CARD_ANALYSIS,
+    PENDING,
+    PROCESSING,
+    app_guarantee_statement,
+    create_recommended_indexes,
+)
 
 
 def with_app_guarantee(db):
     with db.engine.connect() as conn:
-        conn.execution_options(isolation_level="AUTOCOMMIT").execute(text(app_guarantee_statement("postgresql")))
+        conn.execution_options(isolation_level="AUTOCOMMIT").execute(
+            text(app_guarantee_statement("postgresql"))
+        )
 
 
 def doctor(url, monkeypatch, **env):
@@ -33,33 +41,53 @@ def test_missing_indexes_are_a_warning_with_their_cost_and_fix_printed(pg_db, mo
     code, report = doctor(pg_db.url, monkeypatch)
     assert code == 0 and report.endswith("ready, with 1 warning(s)")
     assert "detection then reads whole tables" in report and "the fast lane stays off" in report
-    assert "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_san_jobs_target ON jobs (target_id, job_type) INCLUDE (status)" in report
+    assert (
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_san_jobs_target ON jobs (target_id, job_type) "
+        "INCLUDE (status)" in report
+    )
 
 
 def test_an_index_an_earlier_release_recommended_is_pointed_out_with_its_drop(pg_db, monkeypatch):
     create_recommended_indexes(pg_db.engine)
     with_app_guarantee(pg_db)
     with pg_db.engine.begin() as conn:
-        conn.execute(text("CREATE INDEX ix_san_scraps_unrefined ON scraps (created_at) WHERE refined_content IS NULL"))
+        conn.execute(
+            text(
+                "CREATE INDEX ix_san_scraps_unrefined ON scraps (created_at) WHERE refined_content "
+                "IS NULL"
+            )
+        )
     code, report = doctor(pg_db.url, monkeypatch)
-    assert code == 0 and report.endswith("ready, with 1 warning(s)")  # it costs the app's writes, nothing breaks
-    assert "superseded indexes" in report and "DROP INDEX CONCURRENTLY IF EXISTS ix_san_scraps_unrefined;" in report
+    # it costs the app's writes, nothing breaks
+    assert code == 0 and report.endswith("ready, with 1 warning(s)")
+    assert (
+        "superseded indexes" in report
+        and "DROP INDEX CONCURRENTLY IF EXISTS ix_san_scraps_unrefined;" in report
+    )
 
 
 def test_the_app_side_guarantee_is_offered_until_a_unique_index_gives_it(pg_db, monkeypatch):
     create_recommended_indexes(pg_db.engine)
     user_scrap = pg_db.scrap(pg_db.user())
     pg_db.job(CARD_ANALYSIS, user_scrap, PENDING)
-    pg_db.job(CARD_ANALYSIS, user_scrap, PROCESSING)  # the race the index prevents, already happened
+    # the race the index prevents, already happened
+    pg_db.job(CARD_ANALYSIS, user_scrap, PROCESSING)
     code, report = doctor(pg_db.url, monkeypatch)
     assert code == 0 and report.endswith("ready, with 1 warning(s)")
     assert "no unique index guarantees one active job per (job_type, target_id)" in report
-    assert "1 target(s) have two active jobs now" in report and "Close the doubled active jobs first" in report
+    assert (
+        "1 target(s) have two active jobs now" in report
+        and "Close the doubled active jobs first" in report
+    )
     assert app_guarantee_statement("postgresql") in report
     with pg_db.engine.begin() as conn:  # closed; then the app builds it under a name of its own
         conn.execute(text("UPDATE jobs SET status = 'FAILED' WHERE status = 'PROCESSING'"))
-        conn.execute(text("CREATE UNIQUE INDEX ux_app_one_active_job ON jobs (job_type, target_id) "
-                          "WHERE status IN ('PENDING', 'PROCESSING')"))
+        conn.execute(
+            text(
+                "CREATE UNIQUE INDEX ux_app_one_active_job ON jobs (job_type, target_id) "
+                "WHERE status IN ('PENDING', 'PROCESSING')"
+            )
+        )
     code, report = doctor(pg_db.url, monkeypatch)
     assert code == 0 and report.endswith("ready")
     assert "guaranteed by the unique index ux_app_one_active_job" in report
@@ -84,7 +112,9 @@ def test_unknown_dispatcher_and_unreachable_server(san_db, monkeypatch):
 
 
 def test_each_connection_failure_gets_its_own_fix(monkeypatch):
-    code, report = doctor("postgresql+psycopg://postgres@127.0.0.1:5432/no_such_database_here", monkeypatch)
+    code, report = doctor(
+        "postgresql+psycopg://postgres@127.0.0.1:5432/no_such_database_here", monkeypatch
+    )
     assert code == 1 and "fix: fix the database name" in report
     code, report = doctor("mysql://root@127.0.0.1/san", monkeypatch)
     assert code == 1 and "fix: batch_pipeline runs on PostgreSQL" in report
@@ -109,14 +139,22 @@ def test_a_locked_table_is_reported_not_waited_on(pg_db, monkeypatch):
 
 def test_a_timestamp_without_time_zone_is_refused_by_name(pg_db, monkeypatch):
     with pg_db.engine.begin() as conn:
-        conn.execute(text("ALTER TABLE jobs ALTER COLUMN created_at TYPE timestamp without time zone"))
+        conn.execute(
+            text("ALTER TABLE jobs ALTER COLUMN created_at TYPE timestamp without time zone")
+        )
     code, report = doctor(pg_db.url, monkeypatch)
     assert code == 1
-    assert "column 'jobs.created_at' is TIMESTAMP WITHOUT TIME ZONE; batch_pipeline needs TIMESTAMPTZ" in report
+    assert (
+        "column 'jobs.created_at' is TIMESTAMP WITHOUT TIME ZONE; batch_pipeline needs TIMESTAMPTZ"
+        in report
+    )
 
 
-def test_a_role_that_may_only_read_is_not_ready_and_the_missing_grants_are_named(pg_db, monkeypatch):
+def test_a_role_that_may_only_read_is_not_ready_and_the_missing_grants_are_named(
+    pg_db, monkeypatch
+):
     import uuid
+
     from sqlalchemy.engine import make_url
 
     create_recommended_indexes(pg_db.engine)
@@ -130,7 +168,10 @@ def test_a_role_that_may_only_read_is_not_ready_and_the_missing_grants_are_named
         reader_url = make_url(pg_db.url).set(username=role).render_as_string(hide_password=False)
         code, report = doctor(reader_url, monkeypatch)
         assert code == 1 and report.endswith("not ready")
-        assert f"role {role} lacks: INSERT on jobs, UPDATE on jobs, INSERT on daily_summaries, USAGE on sequence" in report
+        assert (
+            f"role {role} lacks: INSERT on jobs, UPDATE on jobs, INSERT on daily_summaries, USAGE "
+            "on sequence" in report
+        )
     finally:
         with pg_db.engine.begin() as conn:
             conn.execute(text(f"DROP OWNED BY {role}"))

@@ -15,27 +15,48 @@ def test_create_indexes_says_what_it_created_and_then_that_everything_is_there(s
     assert "created: -" in again and "already there: ix_san_jobs_target" in again
 
 
-def test_create_indexes_on_a_table_without_a_column_is_one_line_naming_it_and_creates_nothing(pg_db, capsys):
+def test_create_indexes_on_a_table_without_a_column_is_one_line_naming_it_and_creates_nothing(
+    pg_db, capsys
+):
     with pg_db.engine.begin() as conn:
         conn.execute(text("ALTER TABLE jobs DROP COLUMN updated_at"))
     assert main(["create-indexes", "--database-url", pg_db.url]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "jobs.updated_at" in err and "no index was created" in err
     with pg_db.engine.connect() as conn:
-        assert conn.execute(text("SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname LIKE 'ix_san_%'")).scalar_one() == 0
+        assert (
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND "
+                    "indexname LIKE 'ix_san_%'"
+                )
+            ).scalar_one()
+            == 0
+        )
 
 
 def test_create_indexes_under_a_short_role_statement_timeout_still_builds(pg_db, capsys):
-    with pg_db.engine.begin() as conn:  # enough jobs that an index build outlasts the session's timeout
-        conn.execute(text("INSERT INTO jobs (job_type, target_id, status) "
-                          "SELECT 'CARD_ANALYSIS', g, 'COMPLETED' FROM generate_series(1, 300000) g"))
+    # enough jobs that an index build outlasts the session's timeout
+    with pg_db.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO jobs (job_type, target_id, status) "
+                "SELECT 'CARD_ANALYSIS', g, 'COMPLETED' FROM generate_series(1, 300000) g"
+            )
+        )
         conn.execute(text("ANALYZE jobs"))
-    url = pg_db.url.replace("options=-csearch_path", "options=-cstatement_timeout%3D50%20-csearch_path")
+    url = pg_db.url.replace(
+        "options=-csearch_path", "options=-cstatement_timeout%3D50%20-csearch_path"
+    )
     assert "statement_timeout" in url
     assert main(["create-indexes", "--database-url", url]) == 0, capsys.readouterr().err
     with pg_db.engine.connect() as conn:
-        assert conn.execute(text("SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname LIKE 'ix_san_%'")).scalar_one() == len(
-            RECOMMENDED_INDEXES)
+        assert conn.execute(
+            text(
+                "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname "
+                "LIKE 'ix_san_%'"
+            )
+        ).scalar_one() == len(RECOMMENDED_INDEXES)
 
 
 def test_create_schema_refuses_a_database_that_holds_some_san_tables(pg_db, capsys):
@@ -43,7 +64,10 @@ def test_create_schema_refuses_a_database_that_holds_some_san_tables(pg_db, caps
         conn.execute(text("DROP TABLE jobs CASCADE"))
     assert main(["create-schema", "--database-url", pg_db.url]) == 2
     err = capsys.readouterr().err
-    assert "refusing to create the SAN tables: this database already holds " in err and "jobs" not in err.split(".")[0]
+    assert (
+        "refusing to create the SAN tables: this database already holds " in err
+        and "jobs" not in err.split(".")[0]
+    )
     with pg_db.engine.connect() as conn:
         assert conn.execute(text("SELECT to_regclass('jobs')")).scalar_one() is None
     assert main(["create-schema", "--add-missing-tables", "--database-url", pg_db.url]) == 0
@@ -57,14 +81,25 @@ def test_create_schema_makes_an_empty_database_a_san_schema(tmp_path, capsys):
     assert sorted(created) == ["daily_summaries", "jobs", "knowledge_cards", "scraps", "users"]
 
 
-def test_show_indexes_offers_the_app_side_guarantee_as_a_comment_and_create_indexes_leaves_it_to_the_app(pg_db, capsys):
+def test_show_indexes_offers_the_app_side_guarantee_as_a_comment_create_indexes_leaves_it(
+    pg_db, capsys
+):
     from batch_pipeline.san.schema import APP_ONE_ACTIVE_JOB, app_guarantee_statement
 
     assert main(["show-indexes", "--database-url", pg_db.url]) == 0
     shown = capsys.readouterr().out
-    assert f"-- {app_guarantee_statement('postgresql')};" in shown  # commented: piping it to psql builds nothing
+    # commented: piping it to psql builds nothing
+    assert f"-- {app_guarantee_statement('postgresql')};" in shown
     assert "\nCREATE UNIQUE" not in shown
     assert main(["create-indexes", "--database-url", pg_db.url]) == 0
     with pg_db.engine.connect() as conn:
-        assert conn.execute(text("SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = :name"),
-                            {"name": APP_ONE_ACTIVE_JOB.name}).scalar_one() == 0
+        assert (
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND "
+                    "indexname = :name"
+                ),
+                {"name": APP_ONE_ACTIVE_JOB.name},
+            ).scalar_one()
+            == 0
+        )

@@ -21,24 +21,49 @@ from bench.runner import DEFAULT_SERVER_URL, run_benchmark
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scale", type=float, required=True, help="1 = 2,000,000 scraps; 0.1 for CI-sized runs")
-    parser.add_argument("--database-url", default=DEFAULT_SERVER_URL,
-                        help="any database on the PostgreSQL server to use; the benchmark creates its own "
-                        "san_bench_* databases there (default: %(default)s)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs of each measurement (median reported)")
-    parser.add_argument("--keep", action="store_true", help="keep the san_bench_* databases afterwards")
-    parser.add_argument("--only-indexed", action="store_true",
-                        help="with the recommended indexes only: two database copies at once instead of three "
-                        "(scale 10 needs ~2 x 27 GB then)")
-    parser.add_argument("--probe-only", action="store_true",
-                        help="only the plan shapes and the fast lane's probe, with the indexes")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--scale", type=float, required=True, help="1 = 2,000,000 scraps; 0.1 for CI-sized runs"
+    )
+    parser.add_argument(
+        "--database-url",
+        default=DEFAULT_SERVER_URL,
+        help="any database on the PostgreSQL server to use; the benchmark creates its own "
+        "san_bench_* databases there (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="runs of each measurement (median reported)"
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the san_bench_* databases afterwards"
+    )
+    parser.add_argument(
+        "--only-indexed",
+        action="store_true",
+        help="with the recommended indexes only: two database copies at once instead of three "
+        "(scale 10 needs ~2 x 27 GB then)",
+    )
+    parser.add_argument(
+        "--probe-only",
+        action="store_true",
+        help="only the plan shapes and the fast lane's probe, with the indexes",
+    )
     args = parser.parse_args(argv)
     if args.scale <= 0 or args.repeats < 1:
         parser.error("--scale must be > 0 and --repeats >= 1")
-    result = run_benchmark(args.scale, args.database_url, repeats=args.repeats, keep=args.keep, out=print,
-                           only_indexed=args.only_indexed, probe_only=args.probe_only)
+    result = run_benchmark(
+        args.scale,
+        args.database_url,
+        repeats=args.repeats,
+        keep=args.keep,
+        out=print,
+        only_indexed=args.only_indexed,
+        probe_only=args.probe_only,
+    )
     print(result.summary_line())
     return 0
 

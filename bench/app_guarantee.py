@@ -18,11 +18,11 @@ from statistics import median
 
 from sqlalchemy import text
 
-from batch_pipeline.sandbox.app_schema import init_sandbox
-from batch_pipeline.sandbox.scratch import scratch_database
 from batch_pipeline.san.database import create_san_engine, database_now, write_transaction
 from batch_pipeline.san.enqueue import EnqueueRequest, enqueue_jobs
 from batch_pipeline.san.schema import APP_ONE_ACTIVE_JOB, CARD_ANALYSIS, app_guarantee_statement
+from batch_pipeline.sandbox.app_schema import init_sandbox
+from batch_pipeline.sandbox.scratch import scratch_database
 
 SINGLE_ROW_WRITES = 5_000
 RECOVERY_BATCH = 5_000
@@ -51,29 +51,65 @@ def measure(engine, first_target: int, writes: int, batch: int) -> dict:
     recovery batch pay."""
     targets = list(range(first_target, first_target + writes))
     with engine.connect() as conn:
-        insert_ms = timed_single_rows(conn, (
-            "INSERT INTO jobs (job_type, target_id, status, created_at, updated_at) "
-            "VALUES ('CARD_ANALYSIS', :target, 'PENDING', now(), now())"), [{"target": t} for t in targets])
-        ids = conn.execute(text("SELECT id FROM jobs WHERE target_id >= :first AND target_id < :end AND "
-                                "job_type = 'CARD_ANALYSIS' ORDER BY id"),
-                           {"first": first_target, "end": first_target + writes}).scalars().all()
+        insert_ms = timed_single_rows(
+            conn,
+            (
+                "INSERT INTO jobs (job_type, target_id, status, created_at, updated_at) "
+                "VALUES ('CARD_ANALYSIS', :target, 'PENDING', now(), now())"
+            ),
+            [{"target": t} for t in targets],
+        )
+        ids = (
+            conn.execute(
+                text(
+                    "SELECT id FROM jobs WHERE target_id >= :first AND target_id < :end AND "
+                    "job_type = 'CARD_ANALYSIS' ORDER BY id"
+                ),
+                {"first": first_target, "end": first_target + writes},
+            )
+            .scalars()
+            .all()
+        )
         conn.commit()
-        claim_ms = timed_single_rows(conn, "UPDATE jobs SET status = 'PROCESSING', started_at = now(), updated_at = now() "
-                                           "WHERE id = :id AND status = 'PENDING'", [{"id": i} for i in ids])
-        complete_ms = timed_single_rows(conn, "UPDATE jobs SET status = 'COMPLETED', finished_at = now(), updated_at = now() "
-                                              "WHERE id = :id AND status = 'PROCESSING'", [{"id": i} for i in ids])
+        claim_ms = timed_single_rows(
+            conn,
+            "UPDATE jobs SET status = 'PROCESSING', started_at = now(), updated_at = now() "
+            "WHERE id = :id AND status = 'PENDING'",
+            [{"id": i} for i in ids],
+        )
+        complete_ms = timed_single_rows(
+            conn,
+            "UPDATE jobs SET status = 'COMPLETED', finished_at = now(), updated_at = now() "
+            "WHERE id = :id AND status = 'PROCESSING'",
+            [{"id": i} for i in ids],
+        )
     batch_targets = range(first_target + writes, first_target + writes + batch)
     started = time.perf_counter()
     with write_transaction(engine) as conn:
-        outcome = enqueue_jobs(conn, CARD_ANALYSIS, [EnqueueRequest(t) for t in batch_targets],
-                               now=database_now(conn), max_attempts=0)
+        outcome = enqueue_jobs(
+            conn,
+            CARD_ANALYSIS,
+            [EnqueueRequest(t) for t in batch_targets],
+            now=database_now(conn),
+            max_attempts=0,
+        )
     batch_ms = 1000 * (time.perf_counter() - started)
     assert len(outcome.created) == batch
-    return {"app insert ms": insert_ms, "worker claim ms": claim_ms, "worker complete ms": complete_ms,
-            "recovery batch ms": batch_ms}
+    return {
+        "app insert ms": insert_ms,
+        "worker claim ms": claim_ms,
+        "worker complete ms": complete_ms,
+        "recovery batch ms": batch_ms,
+    }
 
 
-def run(server_url: str, jobs: int, out=print, writes: int = SINGLE_ROW_WRITES, batch: int = RECOVERY_BATCH) -> dict:
+def run(
+    server_url: str,
+    jobs: int,
+    out=print,
+    writes: int = SINGLE_ROW_WRITES,
+    batch: int = RECOVERY_BATCH,
+) -> dict:
     with scratch_database(server_url, prefix="bench_guarantee") as url:
         engine = create_san_engine(url)
         init_sandbox(engine)  # the app's DDL and batch_pipeline's recommended indexes
@@ -81,11 +117,17 @@ def run(server_url: str, jobs: int, out=print, writes: int = SINGLE_ROW_WRITES, 
         with engine.begin() as conn:
             conn.execute(text(FILL_JOBS), {"jobs": jobs})
         with engine.connect() as conn:
-            conn.execution_options(isolation_level="AUTOCOMMIT").execute(text("VACUUM ANALYZE jobs"))
-            active = conn.execute(text("SELECT count(*) FROM jobs WHERE status IN ('PENDING', 'PROCESSING')")).scalar_one()
-        out(f"{jobs:,} jobs ({active:,} active) in {time.perf_counter() - started:.0f} s; "
+            conn.execution_options(isolation_level="AUTOCOMMIT").execute(
+                text("VACUUM ANALYZE jobs")
+            )
+            active = conn.execute(
+                text("SELECT count(*) FROM jobs WHERE status IN ('PENDING', 'PROCESSING')")
+            ).scalar_one()
+        out(
+            f"{jobs:,} jobs ({active:,} active) in {time.perf_counter() - started:.0f} s; "
             f"{writes:,} single-row writes of each kind, a {batch:,}-target recovery batch, "
-            f"{REPEATS} rounds each")
+            f"{REPEATS} rounds each"
+        )
         figures: dict[str, dict[str, float]] = {}
         next_target = jobs  # beyond every seeded target
         for mode in ("without", "with"):
@@ -95,24 +137,39 @@ def run(server_url: str, jobs: int, out=print, writes: int = SINGLE_ROW_WRITES, 
                     started = time.perf_counter()
                     auto.execute(text(app_guarantee_statement("postgresql")))
                     build_s = time.perf_counter() - started
-                    size = auto.execute(text("SELECT pg_relation_size(:name)"), {"name": APP_ONE_ACTIVE_JOB.name}).scalar_one()
-                out(f"CREATE UNIQUE INDEX CONCURRENTLY {APP_ONE_ACTIVE_JOB.name}: {build_s:.1f} s, {size / 1e6:.1f} MB")
+                    size = auto.execute(
+                        text("SELECT pg_relation_size(:name)"), {"name": APP_ONE_ACTIVE_JOB.name}
+                    ).scalar_one()
+                out(
+                    f"CREATE UNIQUE INDEX CONCURRENTLY {APP_ONE_ACTIVE_JOB.name}: {build_s:.1f} s, "
+                    f"{size / 1e6:.1f} MB"
+                )
                 figures["build"] = {"seconds": build_s, "mb": size / 1e6}
             rounds = []
             for _ in range(REPEATS):
                 rounds.append(measure(engine, next_target, writes, batch))
                 next_target += writes + batch
             figures[mode] = {name: median(r[name] for r in rounds) for name in rounds[0]}
-            out(f"{mode} the index: " + ", ".join(f"{name} {value:.3f}" for name, value in figures[mode].items()))
+            out(
+                f"{mode} the index: "
+                + ", ".join(f"{name} {value:.3f}" for name, value in figures[mode].items())
+            )
         engine.dispose()
     return figures
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.app_guarantee", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--server-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-    parser.add_argument("--jobs", type=int, default=5_400_000, help="seeded jobs (bench scale 1 has 5.4 M)")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.app_guarantee",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--server-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=5_400_000, help="seeded jobs (bench scale 1 has 5.4 M)"
+    )
     args = parser.parse_args(argv)
     run(args.server_url, args.jobs)
     return 0

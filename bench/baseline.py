@@ -8,11 +8,13 @@ it created.
 
 # Appended to every statement: announce the inserted jobs and count them.
 ANNOUNCE = """
-SELECT count(pg_notify('san_jobs', json_build_object('job_id', id, 'job_type', job_type, 'target_id', target_id)::text))
+SELECT count(pg_notify('san_jobs', json_build_object('job_id', id, 'job_type', job_type,
+    'target_id', target_id)::text))
 FROM inserted
 """
 
-GHOST_RECOVERY = """
+GHOST_RECOVERY = (
+    """
 WITH stale AS (
     SELECT id FROM jobs
     WHERE status IN ('PENDING', 'PROCESSING')
@@ -34,15 +36,19 @@ WITH stale AS (
     FROM failed f JOIN attempts USING (job_type, target_id)
     WHERE attempts.n < %(max_attempts)s
     RETURNING id, job_type, target_id
-)""" + ANNOUNCE
+)"""
+    + ANNOUNCE
+)
 
 # Attempts as a join + GROUP BY over the candidates: with the index PostgreSQL probes it per
 # candidate, without it one hash join replaces a scan of jobs per candidate.
-TARGET_RECOVERY = """
+TARGET_RECOVERY = (
+    """
 WITH candidates AS (
     SELECT t.id FROM {table} t
     WHERE t.created_at < %(grace_cutoff)s AND {needs_work}
-      AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.target_id = t.id AND j.job_type = CAST(%(job_type)s AS varchar)
+      AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.target_id = t.id
+          AND j.job_type = CAST(%(job_type)s AS varchar)
                       AND j.status IN ('PENDING', 'PROCESSING'))
 ), attempts AS (
     SELECT a.target_id, count(*) AS n FROM jobs a JOIN candidates c ON a.target_id = c.id
@@ -53,13 +59,20 @@ WITH candidates AS (
     FROM candidates c LEFT JOIN attempts a ON a.target_id = c.id
     WHERE coalesce(a.n, 0) < %(max_attempts)s
     RETURNING id, job_type, target_id
-)""" + ANNOUNCE
+)"""
+    + ANNOUNCE
+)
 ORPHAN_RECOVERY = TARGET_RECOVERY.format(
-    table="scraps", needs_work="NOT EXISTS (SELECT 1 FROM knowledge_cards k WHERE k.scrap_id = t.id)")
+    table="scraps",
+    needs_work="NOT EXISTS (SELECT 1 FROM knowledge_cards k WHERE k.scrap_id = t.id)",
+)
 UNREFINED_RECOVERY = TARGET_RECOVERY.format(table="scraps", needs_work="t.refined_content IS NULL")
-UNWRITTEN_TIL_RECOVERY = TARGET_RECOVERY.format(table="daily_summaries", needs_work="t.content IS NULL")
+UNWRITTEN_TIL_RECOVERY = TARGET_RECOVERY.format(
+    table="daily_summaries", needs_work="t.content IS NULL"
+)
 
-TIL_GENERATION = """
+TIL_GENERATION = (
+    """
 WITH active AS (
     SELECT s.user_id FROM scraps s JOIN knowledge_cards k ON k.scrap_id = s.id
     WHERE s.created_at >= %(day_start)s AND s.created_at < %(day_end)s
@@ -72,7 +85,9 @@ WITH active AS (
     INSERT INTO jobs (job_type, target_id, status, created_at, updated_at)
     SELECT 'TIL_GENERATION', id, 'PENDING', %(now)s, %(now)s FROM summaries
     RETURNING id, job_type, target_id
-)""" + ANNOUNCE
+)"""
+    + ANNOUNCE
+)
 
 # One statement per recovery of the registry, keyed by its area (a test keeps the two in step).
 RECOVERY_SQL = {

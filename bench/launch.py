@@ -38,8 +38,16 @@ def wait_for(condition, timeout_s: float, what: str):
 def finished_runs(instance, job_name: str):
     from dagster import DagsterRunStatus, RunsFilter
 
-    return instance.get_run_records(RunsFilter(job_name=job_name, statuses=[
-        DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]))
+    return instance.get_run_records(
+        RunsFilter(
+            job_name=job_name,
+            statuses=[
+                DagsterRunStatus.SUCCESS,
+                DagsterRunStatus.FAILURE,
+                DagsterRunStatus.CANCELED,
+            ],
+        )
+    )
 
 
 def seconds_to_end(records) -> list[float]:
@@ -60,23 +68,33 @@ def in_process_seconds(job_name: str, database_url: str, runs: int) -> list[floa
     for _ in range(runs):
         started = time.perf_counter()
         result = job.execute_in_process(
-            resources={"san_database": SanDatabase(url=database_url), "job_dispatcher": JobDispatcherResource()},
-            instance=DagsterInstance.ephemeral(), raise_on_error=True)
+            resources={
+                "san_database": SanDatabase(url=database_url),
+                "job_dispatcher": JobDispatcherResource(),
+            },
+            instance=DagsterInstance.ephemeral(),
+            raise_on_error=True,
+        )
         assert result.success
         timings.append(time.perf_counter() - started)
     return timings
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.launch", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=3, help="runs of each job (default %(default)s)")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.launch",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--runs", type=int, default=3, help="runs of each job (default %(default)s)"
+    )
     args = parser.parse_args(argv)
 
     from dagster import DagsterInstance
 
-    from batch_pipeline.sandbox.demo import seed_demo_state
     from batch_pipeline.san.database import create_san_engine
+    from batch_pipeline.sandbox.demo import seed_demo_state
 
     work = Path(tempfile.mkdtemp(prefix="bench_launch_"))
     home = work / "dagster_home"
@@ -90,21 +108,46 @@ def main(argv=None) -> int:
     env.pop("SAN_JOB_DISPATCHER", None)
     workspace = ["-w", str(REPO / "workspace.yaml")]
     # Only the runs this benchmark asks for: no schedule or sensor may launch one in between.
-    subprocess.run([BIN / "dagster", "schedule", "stop", "recovery_schedule", *workspace], env=env, check=True,
-                   capture_output=True)
-    subprocess.run([BIN / "dagster", "sensor", "stop", "fast_heal_sensor", *workspace], env=env, check=True,
-                   capture_output=True)
+    subprocess.run(
+        [BIN / "dagster", "schedule", "stop", "recovery_schedule", *workspace],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [BIN / "dagster", "sensor", "stop", "fast_heal_sensor", *workspace],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     log = open(work / "daemon.log", "wb")
-    daemon = subprocess.Popen([BIN / "dagster-daemon", "run", *workspace], env=env, stdout=log, stderr=subprocess.STDOUT,
-                              cwd=REPO, start_new_session=True)
+    daemon = subprocess.Popen(
+        [BIN / "dagster-daemon", "run", *workspace],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+        start_new_session=True,
+    )
     try:
         with DagsterInstance.from_config(str(home)) as instance:
             launched = {}
             for job_name in ("fast_heal_job", "recovery_job"):
                 for number in range(args.runs):
-                    subprocess.run([BIN / "dagster", "job", "launch", "-j", job_name, *workspace], env=env,
-                                   check=True, capture_output=True, cwd=REPO)
-                    wait_for(lambda: len(finished_runs(instance, job_name)) > number, 180, f"a {job_name} run")
+                    subprocess.run(
+                        [BIN / "dagster", "job", "launch", "-j", job_name, *workspace],
+                        env=env,
+                        check=True,
+                        capture_output=True,
+                        cwd=REPO,
+                    )
+                    wait_for(
+                        lambda job_name=job_name, number=number: (
+                            len(finished_runs(instance, job_name)) > number
+                        ),
+                        180,
+                        f"a {job_name} run",
+                    )
                 launched[job_name] = seconds_to_end(finished_runs(instance, job_name))
     finally:
         daemon.terminate()
@@ -115,10 +158,20 @@ def main(argv=None) -> int:
     shutil.rmtree(work, ignore_errors=True)
     print(f"\n{'job':<16}{'daemon: request -> success (s)':>34}{'execute_in_process (s)':>26}")
     fast, recovery = launched["fast_heal_job"], launched["recovery_job"]
-    for name, by_daemon, in_process in (("fast_heal_job", fast, in_fast), ("recovery_job", recovery, in_recovery)):
-        print(f"{name:<16}{' / '.join(f'{s:.1f}' for s in by_daemon):>34}{' / '.join(f'{s:.2f}' for s in in_process):>26}")
-    print(f"launch fast_heal_p50_s={statistics.median(fast):.1f} recovery_p50_s={statistics.median(recovery):.1f} "
-          f"in_process_fast_heal_s={statistics.median(in_fast):.2f} in_process_recovery_s={statistics.median(in_recovery):.2f}")
+    for name, by_daemon, in_process in (
+        ("fast_heal_job", fast, in_fast),
+        ("recovery_job", recovery, in_recovery),
+    ):
+        print(
+            f"{name:<16}{' / '.join(f'{s:.1f}' for s in by_daemon):>34}"
+            f"{' / '.join(f'{s:.2f}' for s in in_process):>26}"
+        )
+    print(
+        f"launch fast_heal_p50_s={statistics.median(fast):.1f} "
+        f"recovery_p50_s={statistics.median(recovery):.1f} "
+        f"in_process_fast_heal_s={statistics.median(in_fast):.2f} "
+        f"in_process_recovery_s={statistics.median(in_recovery):.2f}"
+    )
     return 0
 
 

@@ -20,9 +20,9 @@ from zoneinfo import ZoneInfo
 
 import psycopg
 
-from batch_pipeline.sandbox.scratch import scratch_database
 from batch_pipeline.san.database import create_san_engine, utc_now
 from batch_pipeline.san.schema import create_recommended_indexes
+from batch_pipeline.sandbox.scratch import scratch_database
 from bench.runner import psycopg_conninfo, run_pipeline
 from bench.seed import Scale, seed
 
@@ -51,13 +51,32 @@ def one_run(job_name: str, url: str, partition_key, old: bool, start_at: float, 
         retries = [e for e in events if e.event_type_value == "STEP_UP_FOR_RETRY"]
         failures = [e for e in events if e.event_type_value == "STEP_FAILURE"]
         messages = [str(e.event_specific_data.error) for e in retries + failures]
-        results.put((job_name, partition_key, result.success, elapsed, len(retries),
-                     sum("lock timeout" in message for message in messages)))
+        results.put(
+            (
+                job_name,
+                partition_key,
+                result.success,
+                elapsed,
+                len(retries),
+                sum("lock timeout" in message for message in messages),
+            )
+        )
     except Exception as error:  # a failed run raises out of execute_in_process
-        results.put((job_name, partition_key, False, time.time() - start_at, -1, int("lock timeout" in str(error))))
+        results.put(
+            (
+                job_name,
+                partition_key,
+                False,
+                time.time() - start_at,
+                -1,
+                int("lock timeout" in str(error)),
+            )
+        )
 
 
-def run(server_url: str, scale: float, days: int, old: bool, out=print, start_delay_s: float = 20.0) -> list[tuple]:
+def run(
+    server_url: str, scale: float, days: int, old: bool, out=print, start_delay_s: float = 20.0
+) -> list[tuple]:
     with scratch_database(server_url, prefix="bench_locks") as url:
         started = time.perf_counter()
         now = utc_now()
@@ -66,33 +85,55 @@ def run(server_url: str, scale: float, days: int, old: bool, out=print, start_de
         engine = create_san_engine(url)
         create_recommended_indexes(engine)
         engine.dispose()
-        out(f"seeded scale {scale} in {time.perf_counter() - started:.0f} s; {days} TIL days and one recovery_job "
-            f"at once{' (before the fix: the advisory lock waits only lock_timeout)' if old else ''}")
+        out(
+            f"seeded scale {scale} in {time.perf_counter() - started:.0f} s; {days} TIL days and "
+            "one recovery_job "
+            "at once"
+            + (" (before the fix: the advisory lock waits only lock_timeout)" if old else "")
+        )
         yesterday = (now.astimezone(ZoneInfo(ZONE)) - timedelta(days=1)).date()
-        runs = [("til_auto_generation_job", str(yesterday - timedelta(days=k))) for k in range(1, days + 1)]
+        runs = [
+            ("til_auto_generation_job", str(yesterday - timedelta(days=k)))
+            for k in range(1, days + 1)
+        ]
         runs.append(("recovery_job", None))
         context = multiprocessing.get_context("spawn")
         results = context.Queue()
         start_at = time.time() + start_delay_s  # time for every process to import Dagster first
-        processes = [context.Process(target=one_run, args=(job, url, key, old, start_at, results)) for job, key in runs]
+        processes = [
+            context.Process(target=one_run, args=(job, url, key, old, start_at, results))
+            for job, key in runs
+        ]
         for process in processes:
             process.start()
         rows = [results.get(timeout=1800) for _ in processes]
         for process in processes:
             process.join()
-        for job, key, success, elapsed, retries, lock_timeouts in sorted(rows, key=lambda r: (r[0], r[1] or "")):
-            out(f"  {job:24s} {key or '':10s} {'success' if success else 'FAILED ':7s} {elapsed:6.1f} s, "
-                f"step retries {retries}, lock timeouts {lock_timeouts}")
+        for job, key, success, elapsed, retries, lock_timeouts in sorted(
+            rows, key=lambda r: (r[0], r[1] or "")
+        ):
+            out(
+                f"  {job:24s} {key or '':10s} {'success' if success else 'FAILED ':7s} "
+                f"{elapsed:6.1f} s, "
+                f"step retries {retries}, lock timeouts {lock_timeouts}"
+            )
         return rows
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.lock_contention", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--server-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.lock_contention",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--server-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+    )
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--days", type=int, default=4)
-    parser.add_argument("--lock-wait-is-lock-timeout", action="store_true", help="replay the code before the fix")
+    parser.add_argument(
+        "--lock-wait-is-lock-timeout", action="store_true", help="replay the code before the fix"
+    )
     args = parser.parse_args(argv)
     rows = run(args.server_url, args.scale, args.days, args.lock_wait_is_lock_timeout)
     return 0 if all(row[2] for row in rows) else 1

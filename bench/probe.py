@@ -8,7 +8,13 @@ from datetime import datetime
 import psycopg
 
 from batch_pipeline.fast_lane.rules import (
-    APP_DEATH_CATCH_UP, PROBE_INTERVAL, LaneSettings, LaneWindow, due_announcements_query, failed_targets_query, probe,
+    APP_DEATH_CATCH_UP,
+    PROBE_INTERVAL,
+    LaneSettings,
+    LaneWindow,
+    due_announcements_query,
+    failed_targets_query,
+    probe,
     recent_failures,
 )
 from batch_pipeline.recovery.registry import TARGET_RECOVERIES
@@ -27,8 +33,12 @@ def probe_queries(conn, now: datetime, settings: LaneSettings = LaneSettings()):
     for recovery in TARGET_RECOVERIES:
         yield f"lane: {recovery.name} recent failures", recent_failures(recovery, now).distinct()
         yield f"lane: {recovery.name} failed", failed_targets_query(conn, recovery, now)
-        yield (f"lane: {recovery.name} never enqueued", detect_query(
-            recovery, created_before=grace_ends, created_since=grace_ends - APP_DEATH_CATCH_UP))
+        yield (
+            f"lane: {recovery.name} never enqueued",
+            detect_query(
+                recovery, created_before=grace_ends, created_since=grace_ends - APP_DEATH_CATCH_UP
+            ),
+        )
 
 
 def database_ms(conn: psycopg.Connection, sql: str, params: dict) -> float:
@@ -38,8 +48,14 @@ def database_ms(conn: psycopg.Connection, sql: str, params: dict) -> float:
     return plan["Planning Time"] + plan["Execution Time"]
 
 
-def probe_figures(conn: psycopg.Connection, url: str, now: datetime, plan_shape: Callable, out,
-                  repeats: int = PROBE_REPEATS) -> float:
+def probe_figures(
+    conn: psycopg.Connection,
+    url: str,
+    now: datetime,
+    plan_shape: Callable,
+    out,
+    repeats: int = PROBE_REPEATS,
+) -> float:
     """Print each probe statement's plan; time whole probes, as database time (the server's
     planning + execution, summed over the statements) and as this process's wall time (with
     SQLAlchemy and pandas); return the median database time in ms."""
@@ -49,23 +65,35 @@ def probe_figures(conn: psycopg.Connection, url: str, now: datetime, plan_shape:
         with read_transaction(engine) as sa_conn:
             queries = list(probe_queries(sa_conn, now))
         for name, query in queries:
-            compiled = query.compile(dialect=engine.dialect, compile_kwargs={"render_postcompile": True})
+            compiled = query.compile(
+                dialect=engine.dialect, compile_kwargs={"render_postcompile": True}
+            )
             statements.append((str(compiled), compiled.params))
             out(f"  {name:34s} {plan_shape(conn, str(compiled), compiled.params)}")
-        in_database = sorted(sum(database_ms(conn, sql, params) for sql, params in statements)
-                             for _ in range(repeats + 1))[:-1]  # the slowest (the cold first one) dropped
+        in_database = sorted(
+            sum(database_ms(conn, sql, params) for sql, params in statements)
+            for _ in range(repeats + 1)
+        )[:-1]  # the slowest (the cold first one) dropped
         wall, found = [], None
         for _ in range(repeats + 1):  # the first one warms the connection pool
             with read_transaction(engine) as sa_conn:
                 started = time.perf_counter()
-                found = probe(sa_conn, LaneWindow(since=now - PROBE_INTERVAL, until=now), LaneSettings(),
-                              TARGET_RECOVERIES)
+                found = probe(
+                    sa_conn,
+                    LaneWindow(since=now - PROBE_INTERVAL, until=now),
+                    LaneSettings(),
+                    TARGET_RECOVERIES,
+                )
                 wall.append((time.perf_counter() - started) * 1000)
         wall = sorted(wall[1:])
         median_ms = in_database[len(in_database) // 2]
-        out(f"  fast lane probe (one tick, {repeats} runs): database time median {median_ms:.1f} ms, max "
-            f"{in_database[-1]:.1f} ms; wall time in this process median {wall[len(wall) // 2]:.1f} ms; it found "
-            f"{found.announcements} jobs to re-announce, targets {found.retries}")
+        out(
+            f"  fast lane probe (one tick, {repeats} runs): database time median {median_ms:.1f} "
+            "ms, max "
+            f"{in_database[-1]:.1f} ms; wall time in this process median "
+            f"{wall[len(wall) // 2]:.1f} ms; it found "
+            f"{found.announcements} jobs to re-announce, targets {found.retries}"
+        )
         return median_ms
     finally:
         engine.dispose()

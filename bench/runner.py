@@ -6,16 +6,17 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import psycopg
 from dagster import AssetKey, DagsterInstance
+from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
-from sqlalchemy import select
-
 from batch_pipeline.definitions import defs
+from batch_pipeline.recovery.assets import recovery_run_config
+from batch_pipeline.recovery.checks import UNKNOWN_STATUSES
 from batch_pipeline.recovery.ghost_jobs import (
     GHOST_DETECTION_PREFERS,
     STALE_PENDING_AFTER,
@@ -25,16 +26,14 @@ from batch_pipeline.recovery.ghost_jobs import (
     ghost_source,
 )
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
-from batch_pipeline.recovery.assets import recovery_run_config
-from batch_pipeline.recovery.checks import UNKNOWN_STATUSES
 from batch_pipeline.recovery.plan import MAX_ATTEMPTS
 from batch_pipeline.recovery.registry import RECOVERIES
 from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE, TargetRecovery, detect_query
 from batch_pipeline.san.database import create_san_engine
+from batch_pipeline.san.dialects.postgresql import enqueue_statement, prefer_the_indexes
 from batch_pipeline.san.dispatch import PG_NOTIFY_CHANNEL
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.schema import create_recommended_indexes
-from batch_pipeline.san.dialects.postgresql import enqueue_statement, prefer_the_indexes
 from batch_pipeline.til.auto_generation import day_bounds, users_of_day_query
 from bench import baseline
 from bench.probe import probe_figures
@@ -59,10 +58,17 @@ def db_url(server_url: str, database: str) -> str:
 
 def psycopg_conninfo(url: str) -> dict:
     parsed = make_url(url)
-    return {k: v for k, v in {
-        "host": parsed.host, "port": parsed.port, "user": parsed.username, "password": parsed.password,
-        "dbname": parsed.database,
-    }.items() if v is not None}
+    return {
+        k: v
+        for k, v in {
+            "host": parsed.host,
+            "port": parsed.port,
+            "user": parsed.username,
+            "password": parsed.password,
+            "dbname": parsed.database,
+        }.items()
+        if v is not None
+    }
 
 
 class Server:
@@ -82,7 +88,8 @@ class Server:
         self.drop(name)
         if template:  # a copy needs the template to itself (e.g. a killed earlier run's backend)
             self.conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid "
+                "<> pg_backend_pid()",
                 (template,),
             )
         self.conn.execute(f"CREATE DATABASE {name}" + (f" TEMPLATE {template}" if template else ""))
@@ -125,7 +132,8 @@ class Figures:
             return f"probe_ms={self.probe_ms:.1f}"
         return (
             f"ratio recovery={self.ratio('recovery'):.2f} til={self.ratio('til'):.2f} "
-            f"overhead_s={max(self.overhead.values()):.1f} rss_mb={self.rss_mb} probe_ms={self.probe_ms:.1f}"
+            f"overhead_s={max(self.overhead.values()):.1f} rss_mb={self.rss_mb} "
+            f"probe_ms={self.probe_ms:.1f}"
         )
 
 
@@ -148,8 +156,11 @@ def run_pipeline(job_name: str, url: str, config: dict, partition_key: str | Non
     """One run through Dagster, timed from launch to finish; returns (seconds, result, instance)."""
     instance = DagsterInstance.ephemeral()
     started = time.perf_counter()
-    job_config = recovery_run_config(config) if job_name == "recovery_job" else {
-        "ops": {"check_san_database": {"config": config}}}
+    job_config = (
+        recovery_run_config(config)
+        if job_name == "recovery_job"
+        else {"ops": {"check_san_database": {"config": config}}}
+    )
     result = defs.resolve_job_def(job_name).execute_in_process(
         run_config={**job_config, "loggers": {"console": {"config": {"log_level": "WARNING"}}}},
         resources={"san_database": SanDatabase(url=url), "job_dispatcher": JobDispatcherResource()},
@@ -184,10 +195,15 @@ def plan_shape(conn: psycopg.Connection, sql: str, params: dict) -> str:
     return ", ".join(scans)
 
 
-# The detections that set enable_seqscan themselves (when their indexes exist), as the pipeline does.
+# The detections that set enable_seqscan themselves (when their indexes exist), as the pipeline
+# does.
 PLANNER_SETTINGS = {
     "ghost_jobs detection": prefer_the_indexes(GHOST_DETECTION_PREFERS),
-    **{f"{r.name} detection": prefer_the_indexes(r.full_sweep_prefers) for r in TARGET_RECOVERIES if r.full_sweep_prefers},
+    **{
+        f"{r.name} detection": prefer_the_indexes(r.full_sweep_prefers)
+        for r in TARGET_RECOVERIES
+        if r.full_sweep_prefers
+    },
 }
 
 
@@ -196,31 +212,44 @@ def detection_queries(now: datetime, day: date):
     start, end = day_bounds(day, ZONE)
     queries = {
         "ghost_jobs detection": detect_stale_jobs_query(GhostRule(now=now)),
-        **{f"{r.name} detection": detect_query(r, created_before=now - ORPHAN_MIN_AGE) for r in TARGET_RECOVERIES},
+        **{
+            f"{r.name} detection": detect_query(r, created_before=now - ORPHAN_MIN_AGE)
+            for r in TARGET_RECOVERIES
+        },
         "orphan_scraps detection, 48 h look-back": detect_query(
-            ORPHAN_SCRAPS, created_before=now - ORPHAN_MIN_AGE, created_since=now - timedelta(hours=48)
+            ORPHAN_SCRAPS,
+            created_before=now - ORPHAN_MIN_AGE,
+            created_since=now - timedelta(hours=48),
         ),
         "TIL active users": users_of_day_query(start, end),
         "unknown_job_statuses check": UNKNOWN_STATUSES,
     }
     for name, query in queries.items():
-        compiled = query.compile(dialect=engine.dialect, compile_kwargs={"render_postcompile": True})
+        compiled = query.compile(
+            dialect=engine.dialect, compile_kwargs={"render_postcompile": True}
+        )
         yield name, str(compiled), compiled.params
 
 
 # A sample batch per write statement, for its plan: the write ops' probes must stay per-target
 # index lookups (a join the planner turns into a hash over a whole table grows with the table).
 SAMPLE_BATCH = 5_000
-GHOST_SAMPLE = ("SELECT id FROM jobs WHERE status IN ('PENDING', 'PROCESSING') AND created_at < %(cutoff)s "
-                f"ORDER BY created_at LIMIT {SAMPLE_BATCH}")
+GHOST_SAMPLE = (
+    "SELECT id FROM jobs WHERE status IN ('PENDING', 'PROCESSING') AND created_at < %(cutoff)s "
+    f"ORDER BY created_at LIMIT {SAMPLE_BATCH}"
+)
 
 
 def sample_ids(conn: psycopg.Connection, engine, recovery, now: datetime) -> list[int]:
     """A batch of ids the recovery would write for: stale jobs, or targets that need work."""
     if not isinstance(recovery, TargetRecovery):
         return [row[0] for row in conn.execute(GHOST_SAMPLE, {"cutoff": now - STALE_PENDING_AFTER})]
-    compiled = (select(recovery.table.c.id).where(recovery.needs_work).limit(SAMPLE_BATCH)
-                .compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True}))
+    compiled = (
+        select(recovery.table.c.id)
+        .where(recovery.needs_work)
+        .limit(SAMPLE_BATCH)
+        .compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True})
+    )
     return [row[0] for row in conn.execute(str(compiled))]
 
 
@@ -235,28 +264,43 @@ def write_batch_queries(conn: psycopg.Connection, url: str, now: datetime):
                 ids = sample_ids(conn, engine, recovery, now)
                 name = f"{recovery.name} write batch"
                 # the sources the pipeline's write batches build, in the statement they run
-                source = (recovery.job_source(ids) if isinstance(recovery, TargetRecovery)
-                          else ghost_source(sa_conn, ids, GhostRule(now=now)))
+                source = (
+                    recovery.job_source(ids)
+                    if isinstance(recovery, TargetRecovery)
+                    else ghost_source(sa_conn, ids, GhostRule(now=now))
+                )
                 statements[name] = enqueue_statement(source, now, MAX_ATTEMPTS, PG_NOTIFY_CHANNEL)
             for name, statement in statements.items():
-                compiled = statement.compile(dialect=engine.dialect, compile_kwargs={"render_postcompile": True})
+                compiled = statement.compile(
+                    dialect=engine.dialect, compile_kwargs={"render_postcompile": True}
+                )
                 yield name, str(compiled), compiled.construct_params()
     finally:
         engine.dispose()
 
 
-def run_benchmark(scale_factor: float, server_url: str, repeats: int = 3, keep: bool = False,
-                  out: Callable[[str], None] = print, prefix: str = DEFAULT_PREFIX,
-                  only_indexed: bool = False, probe_only: bool = False) -> Figures:
+def run_benchmark(
+    scale_factor: float,
+    server_url: str,
+    repeats: int = 3,
+    keep: bool = False,
+    out: Callable[[str], None] = print,
+    prefix: str = DEFAULT_PREFIX,
+    only_indexed: bool = False,
+    probe_only: bool = False,
+) -> Figures:
     """`only_indexed`: seed straight into the indexed template and skip the no-index runs, so
     two copies of the database exist at once instead of three (scale 10 on a small disk)."""
     scale = Scale(scale_factor)
     server = Server(server_url, prefix)
     figures = Figures()
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     til_day = (now.astimezone(ZoneInfo(ZONE)) - timedelta(days=1)).date()
-    out(f"# batch_pipeline benchmark, scale {scale_factor}: {scale.users:,} users, {scale.scraps:,} scraps, "
-        f"TIL day {til_day}, {repeats} repeats")
+    out(
+        f"# batch_pipeline benchmark, scale {scale_factor}: {scale.users:,} users, "
+        f"{scale.scraps:,} scraps, "
+        f"TIL day {til_day}, {repeats} repeats"
+    )
 
     # Seed once, then two templates: the app's DDL as it is, and with the recommended indexes.
     only_indexed = only_indexed or probe_only
@@ -265,8 +309,14 @@ def run_benchmark(scale_factor: float, server_url: str, repeats: int = 3, keep: 
     server.create(server.templates[modes[0]])
     with server.connect(server.templates[modes[0]]) as conn:
         seed(conn, scale, now)
-        counts = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("scraps", "jobs", "daily_summaries")}
-    out(f"seeded in {time.perf_counter() - started:.1f} s: " + ", ".join(f"{t} {n:,}" for t, n in counts.items()))
+        counts = {
+            t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in ("scraps", "jobs", "daily_summaries")
+        }
+    out(
+        f"seeded in {time.perf_counter() - started:.1f} s: "
+        + ", ".join(f"{t} {n:,}" for t, n in counts.items())
+    )
     if not only_indexed:
         server.create(server.templates["idx"], template=server.templates["noidx"])
     started = time.perf_counter()
@@ -276,9 +326,13 @@ def run_benchmark(scale_factor: float, server_url: str, repeats: int = 3, keep: 
     with server.connect(server.templates["idx"]) as conn:
         conn.execute("VACUUM ANALYZE")
         sizes = conn.execute(
-            "SELECT relname, pg_size_pretty(pg_relation_size(oid)) FROM pg_class WHERE relname LIKE 'ix_san_%' ORDER BY 1"
+            "SELECT relname, pg_size_pretty(pg_relation_size(oid)) FROM pg_class WHERE relname "
+            "LIKE 'ix_san_%' ORDER BY 1"
         ).fetchall()
-    out(f"recommended indexes built in {time.perf_counter() - started:.1f} s: " + ", ".join(f"{n} {s}" for n, s in sizes))
+    out(
+        f"recommended indexes built in {time.perf_counter() - started:.1f} s: "
+        + ", ".join(f"{n} {s}" for n, s in sizes)
+    )
 
     # Dagster's fixed cost: the same jobs on an empty SAN database.
     server.create(server.empty_db)
@@ -290,12 +344,20 @@ def run_benchmark(scale_factor: float, server_url: str, repeats: int = 3, keep: 
     # for one, and flattered the ratios).
     run_pipeline("recovery_job", empty_url, {})
     run_pipeline("til_auto_generation_job", empty_url, {}, partition_key=str(til_day))
-    figures.overhead["recovery"] = median([run_pipeline("recovery_job", empty_url, {})[0] for _ in range(repeats)])
-    figures.overhead["til"] = median(
-        [run_pipeline("til_auto_generation_job", empty_url, {}, partition_key=str(til_day))[0] for _ in range(repeats)]
+    figures.overhead["recovery"] = median(
+        [run_pipeline("recovery_job", empty_url, {})[0] for _ in range(repeats)]
     )
-    out(f"fixed Dagster overhead (empty database): recovery_job {figures.overhead['recovery']:.2f} s, "
-        f"til_auto_generation_job {figures.overhead['til']:.2f} s")
+    figures.overhead["til"] = median(
+        [
+            run_pipeline("til_auto_generation_job", empty_url, {}, partition_key=str(til_day))[0]
+            for _ in range(repeats)
+        ]
+    )
+    out(
+        f"fixed Dagster overhead (empty database): recovery_job {figures.overhead['recovery']:.2f} "
+        "s, "
+        f"til_auto_generation_job {figures.overhead['til']:.2f} s"
+    )
 
     run_url = db_url(server_url, server.run_db)
     restores = []
@@ -317,8 +379,11 @@ def run_benchmark(scale_factor: float, server_url: str, repeats: int = 3, keep: 
             continue
         cost = app_write_cost(server, template)
         figures.write_cost[mode] = cost
-        out(f"  app job updates: {cost['updates']:,} single-row worker updates, {cost['ms_per_update']:.3f} ms each, "
-            f"{100 * cost['hot_share']:.0f} % HOT")
+        out(
+            f"  app job updates: {cost['updates']:,} single-row worker updates, "
+            f"{cost['ms_per_update']:.3f} ms each, "
+            f"{100 * cost['hot_share']:.0f} % HOT"
+        )
         for _ in range(repeats):
             _baseline_recovery(server, template, figures, mode, now, restores)
             _pipeline_recovery(server, template, run_url, figures, mode, restores)
@@ -327,11 +392,18 @@ def run_benchmark(scale_factor: float, server_url: str, repeats: int = 3, keep: 
         _print_mode(figures, mode, out)
 
     figures.rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
-    out(f"\nrestore of a template copy: median {median(restores):.2f} s (not counted in any figure)")
+    out(
+        f"\nrestore of a template copy: median {median(restores):.2f} s (not counted in any figure)"
+    )
     out(f"peak RSS of this process (seeding is in PostgreSQL): {figures.rss_mb} MB")
     out("rows changed (with indexes): " + ", ".join(f"{k} {v:,}" for k, v in figures.rows.items()))
     if not keep:
-        for name in (server.run_db, server.empty_db, server.templates["idx"], server.templates["noidx"]):
+        for name in (
+            server.run_db,
+            server.empty_db,
+            server.templates["idx"],
+            server.templates["noidx"],
+        ):
             server.drop(name)
     server.conn.close()
     return figures
@@ -349,15 +421,22 @@ def app_write_cost(server: Server, template: str) -> dict:
     """
     server.create(server.run_db, template=template)
     with server.connect(server.run_db) as conn:
-        ids = [row[0] for row in conn.execute(
-            "SELECT id FROM jobs WHERE status IN ('PENDING', 'PROCESSING') ORDER BY id LIMIT %s", (APP_UPDATES,)
-        )]
+        ids = [
+            row[0]
+            for row in conn.execute(
+                "SELECT id FROM jobs WHERE status IN ('PENDING', 'PROCESSING') "
+                "ORDER BY id LIMIT %s",
+                (APP_UPDATES,),
+            )
+        ]
         conn.execute("SELECT pg_stat_reset_single_table_counters('jobs'::regclass)")
         started = time.perf_counter()
         for job_id in ids:
             conn.execute(
-                "UPDATE jobs SET status = CASE status WHEN 'PENDING' THEN 'PROCESSING' ELSE 'COMPLETED' END, "
-                "updated_at = now(), started_at = coalesce(started_at, now()) WHERE id = %s", (job_id,)
+                "UPDATE jobs SET status = CASE status WHEN 'PENDING' THEN 'PROCESSING' ELSE "
+                "'COMPLETED' END, "
+                "updated_at = now(), started_at = coalesce(started_at, now()) WHERE id = %s",
+                (job_id,),
             )
         elapsed = time.perf_counter() - started
         conn.execute("SELECT pg_stat_force_next_flush()")
@@ -365,14 +444,21 @@ def app_write_cost(server: Server, template: str) -> dict:
         updates, hot = conn.execute(
             "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'jobs'"
         ).fetchone()
-    return {"updates": len(ids), "ms_per_update": 1000 * elapsed / max(len(ids), 1), "hot_share": hot / max(updates, 1)}
+    return {
+        "updates": len(ids),
+        "ms_per_update": 1000 * elapsed / max(len(ids), 1),
+        "hot_share": hot / max(updates, 1),
+    }
 
 
 def _baseline_recovery(server, template, figures, mode, now, restores):
     restores.append(server.create(server.run_db, template=template))
     params = {
-        "now": now, "pending_cutoff": now - STALE_PENDING_AFTER, "processing_cutoff": now - STALE_PROCESSING_AFTER,
-        "grace_cutoff": now - ORPHAN_MIN_AGE, "max_attempts": MAX_ATTEMPTS,
+        "now": now,
+        "pending_cutoff": now - STALE_PENDING_AFTER,
+        "processing_cutoff": now - STALE_PROCESSING_AFTER,
+        "grace_cutoff": now - ORPHAN_MIN_AGE,
+        "max_attempts": MAX_ATTEMPTS,
     }
     total = 0.0
     with server.connect(server.run_db) as conn:
@@ -397,7 +483,9 @@ def _pipeline_recovery(server, template, run_url, figures, mode, restores):
         figures.op_times[(mode, step)].append(seconds)
     for recovery in RECOVERIES:
         area = recovery.area
-        figures.times[(mode, f"pipeline {area}")].append(steps[f"detect_{recovery.name}"] + steps[f"recover_{recovery.name}"])
+        figures.times[(mode, f"pipeline {area}")].append(
+            steps[f"detect_{recovery.name}"] + steps[f"recover_{recovery.name}"]
+        )
         if mode == "idx":
             figures.rows[f"pipeline {area}"] = materialized(instance, area)["enqueued"]
     # Steady state: the same database again, nothing left to recover.
@@ -405,7 +493,9 @@ def _pipeline_recovery(server, template, run_url, figures, mode, restores):
         elapsed, result, instance = run_pipeline("recovery_job", run_url, {**LIFTED, **config})
         steps = step_durations(instance, result)
         figures.times[(mode, f"{label} run")].append(elapsed)
-        figures.times[(mode, f"{label} database")].append(sum(v for k, v in steps.items() if k.startswith("detect_")))
+        figures.times[(mode, f"{label} database")].append(
+            sum(v for k, v in steps.items() if k.startswith("detect_"))
+        )
 
 
 def _baseline_til(server, template, figures, mode, now, day, restores):
@@ -413,7 +503,9 @@ def _baseline_til(server, template, figures, mode, now, day, restores):
     start, end = day_bounds(day, ZONE)
     with server.connect(server.run_db) as conn:
         started = time.perf_counter()
-        rows = conn.execute(baseline.TIL_GENERATION, {"day_start": start, "day_end": end, "day": day, "now": now}).fetchone()[0]
+        rows = conn.execute(
+            baseline.TIL_GENERATION, {"day_start": start, "day_end": end, "day": day, "now": now}
+        ).fetchone()[0]
         figures.times[(mode, "baseline til")].append(time.perf_counter() - started)
     if mode == "idx":
         figures.rows["baseline til jobs"] = rows
@@ -421,12 +513,16 @@ def _baseline_til(server, template, figures, mode, now, day, restores):
 
 def _pipeline_til(server, template, run_url, figures, mode, day, restores):
     restores.append(server.create(server.run_db, template=template))
-    elapsed, result, instance = run_pipeline("til_auto_generation_job", run_url, {}, partition_key=str(day))
+    elapsed, result, instance = run_pipeline(
+        "til_auto_generation_job", run_url, {}, partition_key=str(day)
+    )
     figures.times[(mode, "pipeline til")].append(elapsed)
     for step, seconds in step_durations(instance, result).items():
         figures.op_times[(mode, step)].append(seconds)
     if mode == "idx":
-        figures.rows["pipeline til jobs"] = materialized(instance, "til_auto_generation")["jobs_created"]
+        figures.rows["pipeline til jobs"] = materialized(instance, "til_auto_generation")[
+            "jobs_created"
+        ]
 
 
 def _print_mode(figures, mode, out):
@@ -438,9 +534,19 @@ def _print_mode(figures, mode, out):
     for job in ("recovery", "til"):
         b, p = median(t[(mode, f"baseline {job}")]), median(t[(mode, f"pipeline {job}")])
         net = p - figures.overhead[job]
-        out(f"  {job + ' (whole run, minus overhead)':34s} {b:11.3f} {net:11.3f} {net / b:7.2f}   (run {p:.3f} s)")
+        out(
+            f"  {job + ' (whole run, minus overhead)':34s} {b:11.3f} {net:11.3f} {net / b:7.2f}   "
+            f"(run {p:.3f} s)"
+        )
     for label in ("steady", "steady, 48 h look-back"):
-        out(f"  {'recovery ' + label + ' state':34s} run {median(t[(mode, label + ' run')]):.3f} s, "
-            f"detection (database) {median(t[(mode, label + ' database')]):.3f} s")
-    out("  per-op medians (Dagster step timings): " + ", ".join(
-        f"{step} {median(v):.3f}" for (m, step), v in figures.op_times.items() if m == mode))
+        out(
+            f"  {'recovery ' + label + ' state':34s} run {median(t[(mode, label + ' run')]):.3f} "
+            "s, "
+            f"detection (database) {median(t[(mode, label + ' database')]):.3f} s"
+        )
+    out(
+        "  per-op medians (Dagster step timings): "
+        + ", ".join(
+            f"{step} {median(v):.3f}" for (m, step), v in figures.op_times.items() if m == mode
+        )
+    )

@@ -16,7 +16,9 @@ from batch_pipeline.alerts.slack import post_alert, run_link
 
 def run_failure_text(context: RunFailureSensorContext) -> str:
     run = context.dagster_run
-    steps = sorted({event.step_key for event in context.get_step_failure_events() if event.step_key})
+    steps = sorted(
+        {event.step_key for event in context.get_step_failure_events() if event.step_key}
+    )
     reason = context.failure_event.message or "run failed"
     return (
         f":red_circle: batch_pipeline job *{run.job_name}* failed (run `{run.run_id}`)"
@@ -26,7 +28,9 @@ def run_failure_text(context: RunFailureSensorContext) -> str:
 
 
 @run_failure_sensor(
-    name="run_failure_alert", default_status=DefaultSensorStatus.RUNNING, monitor_all_code_locations=False,
+    name="run_failure_alert",
+    default_status=DefaultSensorStatus.RUNNING,
+    monitor_all_code_locations=False,
     description="Posts every failed run to SAN_ALERT_WEBHOOK_URL (logged when unset).",
 )
 def run_failure_alert(context: RunFailureSensorContext):
@@ -44,19 +48,27 @@ def failed_checks_text(context: RunStatusSensorContext) -> str | None:
     for record in records:
         evaluation = record.event_log_entry.dagster_event.event_specific_data
         if not evaluation.passed:
-            partition = f" [{evaluation.partition}]" if getattr(evaluation, "partition", None) else ""
+            partition = (
+                f" [{evaluation.partition}]" if getattr(evaluation, "partition", None) else ""
+            )
             failed.append(
                 f"• {evaluation.severity.value} `{evaluation.asset_key.to_user_string()}` check "
                 f"*{evaluation.check_name}*{partition}: {evaluation.description or 'failed'}"
             )
     if not failed:
         return None
-    return f":warning: batch_pipeline asset checks failed in run `{run.run_id}` ({run.job_name}):\n" + "\n".join(failed) + f"\n{run_link(run.run_id)}"
+    return (
+        f":warning: batch_pipeline asset checks failed in run `{run.run_id}` ({run.job_name}):\n"
+        + "\n".join(failed)
+        + f"\n{run_link(run.run_id)}"
+    )
 
 
 def check_failure_alert(check_jobs: list[JobDefinition]):
     @run_status_sensor(
-        name="asset_check_alert", run_status=DagsterRunStatus.SUCCESS, monitored_jobs=check_jobs,
+        name="asset_check_alert",
+        run_status=DagsterRunStatus.SUCCESS,
+        monitored_jobs=check_jobs,
         default_status=DefaultSensorStatus.RUNNING,
         description="Posts every failed asset check to SAN_ALERT_WEBHOOK_URL (logged when unset).",
     )

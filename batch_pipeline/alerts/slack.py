@@ -23,7 +23,10 @@ def post_alert(text: str, webhook_url: str | None = None, timeout_s: float = 10.
         log.warning("SAN_ALERT_WEBHOOK_URL is not set; alert not posted: %s", text)
         return False
     request = urllib.request.Request(
-        url, data=json.dumps({"text": text}).encode(), headers={"Content-Type": "application/json"}, method="POST"
+        url,
+        data=json.dumps({"text": text}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:

@@ -8,26 +8,41 @@ design's orphan_min_age_minutes).
 
 import os
 from datetime import datetime, timedelta
-from typing import Optional
 
 from pydantic import Field
 
 from batch_pipeline.fast_lane.rules import (
-    MAX_ENQUEUE_PER_TICK, REANNOUNCE_AFTER, REANNOUNCEMENTS, RETRY_AFTER, LaneSettings, LaneWindow,
+    MAX_ENQUEUE_PER_TICK,
+    REANNOUNCE_AFTER,
+    REANNOUNCEMENTS,
+    RETRY_AFTER,
+    LaneSettings,
+    LaneWindow,
 )
 from batch_pipeline.recovery.ghost_jobs import STALE_PENDING_AFTER
 from batch_pipeline.recovery.plan import MAX_ATTEMPTS, RecoveryPolicy, minutes
 from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE
 from batch_pipeline.san.config import WriteConfig
 
-_SWITCH = {"on": True, "true": True, "1": True, "yes": True, "off": False, "false": False, "0": False, "no": False}
+_SWITCH = {
+    "on": True,
+    "true": True,
+    "1": True,
+    "yes": True,
+    "off": False,
+    "false": False,
+    "0": False,
+    "no": False,
+}
 
 
 def reannounce_default() -> bool:
     value = os.environ.get("SAN_REANNOUNCE", "on").strip().lower()
     if value not in _SWITCH:
-        raise ValueError(f"SAN_REANNOUNCE={value!r} must be on or off (off: for workers that do not claim with "
-                         "compare-and-set, see the README's worker contract)")
+        raise ValueError(
+            f"SAN_REANNOUNCE={value!r} must be on or off (off: for workers that do not claim with "
+            "compare-and-set, see the README's worker contract)"
+        )
     return _SWITCH[value]
 
 
@@ -36,17 +51,21 @@ def grace_default() -> int:
     if value is None:
         return minutes(ORPHAN_MIN_AGE)
     if not value.strip().isdigit() or int(value) < 1:
-        raise ValueError(f"SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES={value!r} must be a whole number of minutes >= 1")
+        raise ValueError(
+            f"SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES={value!r} must be a whole number of minutes >= 1"
+        )
     return int(value)
 
 
-def _instant(value: Optional[str], name: str) -> Optional[datetime]:
+def _instant(value: str | None, name: str) -> datetime | None:
     if value is None:
         return None
     try:
         instant = datetime.fromisoformat(value)
     except ValueError as error:
-        raise ValueError(f"{name}={value!r} is not an ISO 8601 instant, e.g. 2026-12-01T12:00:00+00:00") from error
+        raise ValueError(
+            f"{name}={value!r} is not an ISO 8601 instant, e.g. 2026-12-01T12:00:00+00:00"
+        ) from error
     if instant.tzinfo is None:
         raise ValueError(f"{name}={value!r} has no UTC offset (database time is an instant)")
     return instant
@@ -55,32 +74,58 @@ def _instant(value: Optional[str], name: str) -> Optional[datetime]:
 class FastHealConfig(WriteConfig):
     """One fast-heal run (the sensor sets the window; everything else has the lane's defaults)."""
 
-    window_since: Optional[str] = Field(
-        default=None, description="Start of the re-announcement window (ISO instant, database time), set by "
-        "fast_heal_sensor. Unset: 30 s before window_until.")
-    window_until: Optional[str] = Field(
-        default=None, description="End of the window, set by fast_heal_sensor. Unset: the database's now.")
+    window_since: str | None = Field(
+        default=None,
+        description="Start of the re-announcement window (ISO instant, database time), set by "
+        "fast_heal_sensor. Unset: 30 s before window_until.",
+    )
+    window_until: str | None = Field(
+        default=None,
+        description="End of the window, set by fast_heal_sensor. Unset: the database's now.",
+    )
     reannounce: bool = Field(
-        default=reannounce_default(), description="Announce unclaimed PENDING jobs again (SAN_REANNOUNCE). "
-        "Safe only for workers that claim with compare-and-set.")
+        default=reannounce_default(),
+        description="Announce unclaimed PENDING jobs again (SAN_REANNOUNCE). "
+        "Safe only for workers that claim with compare-and-set.",
+    )
     reannounce_after_seconds: int = Field(
-        default=int(REANNOUNCE_AFTER.total_seconds()), gt=0,
-        description="First re-announcement of an unclaimed PENDING job at this age; each next one after twice the wait.")
+        default=int(REANNOUNCE_AFTER.total_seconds()),
+        gt=0,
+        description="First re-announcement of an unclaimed PENDING job at this age; each next one "
+        "after twice the wait.",
+    )
     reannouncements: int = Field(
-        default=REANNOUNCEMENTS, ge=0, description="At most this many re-announcements per job (before the ghost rule).")
+        default=REANNOUNCEMENTS,
+        ge=0,
+        description="At most this many re-announcements per job (before the ghost rule).",
+    )
     stale_pending_after_minutes: int = Field(
-        default=minutes(STALE_PENDING_AFTER), gt=0,
-        description="The ghost rule's PENDING threshold: no re-announcement at or after it.")
+        default=minutes(STALE_PENDING_AFTER),
+        gt=0,
+        description="The ghost rule's PENDING threshold: no re-announcement at or after it.",
+    )
     retry_after_seconds: int = Field(
-        default=int(RETRY_AFTER.total_seconds()), gt=0,
-        description="Next attempt of a failed target after this, doubling per attempt (at most 2 h).")
+        default=int(RETRY_AFTER.total_seconds()),
+        gt=0,
+        description="Next attempt of a failed target after this, doubling per attempt (at most 2 "
+        "h).",
+    )
     orphan_min_age_minutes: int = Field(
-        default=grace_default(), gt=0,
-        description="Grace: a target with no job at all is enqueued once it is this old (SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES).")
+        default=grace_default(),
+        gt=0,
+        description="Grace: a target with no job at all is enqueued once it is this old "
+        "(SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES).",
+    )
     max_attempts: int = Field(
-        default=MAX_ATTEMPTS, ge=0, description="Poison cap, as recovery_job's: no new job at this many attempts.")
+        default=MAX_ATTEMPTS,
+        ge=0,
+        description="Poison cap, as recovery_job's: no new job at this many attempts.",
+    )
     max_enqueue_per_tick: int = Field(
-        default=MAX_ENQUEUE_PER_TICK, gt=0, description="At most this many new jobs per area and run, oldest first.")
+        default=MAX_ENQUEUE_PER_TICK,
+        gt=0,
+        description="At most this many new jobs per area and run, oldest first.",
+    )
 
     def window(self, now: datetime) -> LaneWindow:
         until = _instant(self.window_until, "window_until") or now
@@ -98,6 +143,7 @@ class FastHealConfig(WriteConfig):
             orphan_min_age=timedelta(minutes=self.orphan_min_age_minutes),
             max_attempts=self.max_attempts,
             max_enqueue_per_tick=self.max_enqueue_per_tick,
-            policy=RecoveryPolicy(batch_size=self.batch_size, dry_run=self.dry_run, limits=self.write_limits),
+            policy=RecoveryPolicy(
+                batch_size=self.batch_size, dry_run=self.dry_run, limits=self.write_limits
+            ),
         )
-

@@ -11,6 +11,8 @@ fast_heal_job = define_asset_job(
     selection=AssetSelection.assets(fast_heal),
     executor_def=in_process_executor,
     tags=FAST_HEAL_TAGS,
-    description="The fast lane: re-announce unclaimed jobs, retry failed targets after a backoff, enqueue targets "
-    "the app never enqueued, within minutes (requested by fast_heal_sensor; recovery_job still runs every 2 h).",
+    description="The fast lane: re-announce unclaimed jobs, retry failed targets after a backoff, "
+    "enqueue targets "
+    "the app never enqueued, within minutes (requested by fast_heal_sensor; recovery_job still "
+    "runs every 2 h).",
 )

@@ -33,14 +33,20 @@ def step_key(op_name: str) -> str:
     name=GRAPH,
     group_name=GROUP,
     outs={
-        recovery.name: AssetOut(key=recovery.area, description=recovery.asset_description, dagster_type=Nothing,
-                                is_required=False)
+        recovery.name: AssetOut(
+            key=recovery.area,
+            description=recovery.asset_description,
+            dagster_type=Nothing,
+            is_required=False,
+        )
         for recovery in RECOVERIES
     },
     check_specs=list(checks.RECOVERY_CHECKS),
     # The Launchpad takes every setting once, as ops.run_recovery.config.
-    config=ConfigMapping(config_fn=lambda config: {"check_san_database": {"config": config}},
-                         config_schema=RecoveryConfig.to_fields_dict()),
+    config=ConfigMapping(
+        config_fn=lambda config: {"check_san_database": {"config": config}},
+        config_schema=RecoveryConfig.to_fields_dict(),
+    ),
 )
 def run_recovery():
     settings = check_san_database()

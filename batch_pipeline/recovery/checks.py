@@ -2,11 +2,14 @@
 run): each recover op yields its area's checks beside its materialization, and the last op
 yields the database-wide ones.
 
-- ghost_backlog         no job stale for more than BACKLOG_FACTOR x its threshold: recovery keeps up (ERROR)
+- ghost_backlog         no job stale for more than BACKLOG_FACTOR x its threshold: recovery keeps up
+  (ERROR)
 - recovery_indexes      the recommended indexes exist on the SAN database (WARN, with the DDL)
 - unknown_job_statuses  jobs whose status is none of PENDING/PROCESSING/COMPLETED/FAILED (WARN)
-- exhausted_targets     per recovery: targets that reached max_attempts since the previous run (WARN, with ids)
-- deferred_backlog      per recovery: work deferred by the per-run cap more than DEFERRED_RUNS_IN_A_ROW runs in a row (WARN)
+- exhausted_targets     per recovery: targets that reached max_attempts since the previous run
+  (WARN, with ids)
+- deferred_backlog      per recovery: work deferred by the per-run cap more than
+  DEFERRED_RUNS_IN_A_ROW runs in a row (WARN)
 
 The checks are plain functions of a report, earlier audits or a connection; ops.py runs them.
 """
@@ -30,18 +33,23 @@ DEFERRED_RUNS_IN_A_ROW = 3
 ID_SAMPLE = 100
 
 GHOST_BACKLOG = AssetCheckSpec(
-    "ghost_backlog", asset=ghost_jobs.AREA,
+    "ghost_backlog",
+    asset=ghost_jobs.AREA,
     description=f"No job has been stale for more than {BACKLOG_FACTOR} x its threshold ("
     f"{BACKLOG_FACTOR * minutes(ghost_jobs.STALE_PENDING_AFTER)} min PENDING, "
     f"{BACKLOG_FACTOR * minutes(ghost_jobs.STALE_PROCESSING_AFTER)} min PROCESSING by default).",
 )
 RECOVERY_INDEXES = AssetCheckSpec(
-    "recovery_indexes", asset=ghost_jobs.AREA,
-    description="The recommended indexes exist on the SAN database; otherwise detection scans whole tables.",
+    "recovery_indexes",
+    asset=ghost_jobs.AREA,
+    description="The recommended indexes exist on the SAN database; otherwise detection scans "
+    "whole tables.",
 )
 UNKNOWN_JOB_STATUSES = AssetCheckSpec(
-    "unknown_job_statuses", asset=ghost_jobs.AREA,
-    description="Jobs whose status is not one batch_pipeline knows; they are left alone and counted here.",
+    "unknown_job_statuses",
+    asset=ghost_jobs.AREA,
+    description="Jobs whose status is not one batch_pipeline knows; they are left alone and "
+    "counted here.",
 )
 DATABASE_CHECKS = (GHOST_BACKLOG, RECOVERY_INDEXES, UNKNOWN_JOB_STATUSES)
 
@@ -49,14 +57,25 @@ DATABASE_CHECKS = (GHOST_BACKLOG, RECOVERY_INDEXES, UNKNOWN_JOB_STATUSES)
 def area_checks(area: str) -> tuple[AssetCheckSpec, AssetCheckSpec]:
     """The two checks every recovery has: exhausted_targets and deferred_backlog."""
     return (
-        AssetCheckSpec("exhausted_targets", asset=area,
-                       description="Targets that reached max_attempts since the previous run: poison targets to look at."),
-        AssetCheckSpec("deferred_backlog", asset=area,
-                       description=f"Work deferred by the per-run cap for more than {DEFERRED_RUNS_IN_A_ROW} runs in a row."),
+        AssetCheckSpec(
+            "exhausted_targets",
+            asset=area,
+            description="Targets that reached max_attempts since the previous run: poison targets "
+            "to look at.",
+        ),
+        AssetCheckSpec(
+            "deferred_backlog",
+            asset=area,
+            description=f"Work deferred by the per-run cap for more than {DEFERRED_RUNS_IN_A_ROW} "
+            "runs in a row.",
+        ),
     )
 
 
-RECOVERY_CHECKS = (*DATABASE_CHECKS, *(spec for recovery in RECOVERIES for spec in area_checks(recovery.area)))
+RECOVERY_CHECKS = (
+    *DATABASE_CHECKS,
+    *(spec for recovery in RECOVERIES for spec in area_checks(recovery.area)),
+)
 
 
 def output_name(spec: AssetCheckSpec) -> str:
@@ -75,10 +94,13 @@ def exhausted_targets(report: RecoveryReport, earlier: list[dict]) -> AssetCheck
     before = set(earlier[0].get("exhausted_ids", [])) if earlier else set()
     new = [i for i in report.exhausted_ids if i not in before]
     return AssetCheckResult(
-        asset_key=report.area, check_name="exhausted_targets",
+        asset_key=report.area,
+        check_name="exhausted_targets",
         passed=not new,
         severity=AssetCheckSeverity.WARN,
-        description=None if not new else f"{len(new)} targets reached max_attempts and get no new job",
+        description=None
+        if not new
+        else f"{len(new)} targets reached max_attempts and get no new job",
         metadata={"newly_exhausted": len(new), "exhausted_ids": new[:ID_SAMPLE]},
     )
 
@@ -91,11 +113,13 @@ def deferred_backlog(report: RecoveryReport, earlier: list[dict]) -> AssetCheckR
         streak += 1
     backlog = streak > DEFERRED_RUNS_IN_A_ROW
     return AssetCheckResult(
-        asset_key=report.area, check_name="deferred_backlog",
+        asset_key=report.area,
+        check_name="deferred_backlog",
         passed=not backlog,
         severity=AssetCheckSeverity.WARN,
-        description=None if not backlog else
-        f"deferred for {streak} runs in a row: raise max_enqueue_per_run or run more often",
+        description=None
+        if not backlog
+        else f"deferred for {streak} runs in a row: raise max_enqueue_per_run or run more often",
         metadata={"runs_in_a_row_with_deferred_work": streak, "deferred_last_run": report.deferred},
     )
 
@@ -116,16 +140,30 @@ def ghost_backlog(conn: Connection, rule: ghost_jobs.GhostRule) -> AssetCheckRes
     over every job looking for them)."""
     limit = backlog_rule(rule)
     dialect(conn).prefer_index_plans(conn, ghost_jobs.GHOST_DETECTION_PREFERS)  # transaction-local
-    count = conn.execute(select(func.count()).select_from(jobs).where(ghost_jobs.is_stale(limit))).scalar_one()
-    sample = conn.execute(
-        select(jobs.c.id).where(ghost_jobs.is_stale(limit)).order_by(jobs.c.created_at, jobs.c.id).limit(ID_SAMPLE)
-    ).scalars().all() if count else []
+    count = conn.execute(
+        select(func.count()).select_from(jobs).where(ghost_jobs.is_stale(limit))
+    ).scalar_one()
+    sample = (
+        conn.execute(
+            select(jobs.c.id)
+            .where(ghost_jobs.is_stale(limit))
+            .order_by(jobs.c.created_at, jobs.c.id)
+            .limit(ID_SAMPLE)
+        )
+        .scalars()
+        .all()
+        if count
+        else []
+    )
     return AssetCheckResult(
-        asset_key=ghost_jobs.AREA, check_name=GHOST_BACKLOG.name,
+        asset_key=ghost_jobs.AREA,
+        check_name=GHOST_BACKLOG.name,
         passed=count == 0,
         severity=AssetCheckSeverity.ERROR,
-        description=None if count == 0 else
-        f"{count} jobs stale for more than {BACKLOG_FACTOR} x the threshold: recovery is not keeping up",
+        description=None
+        if count == 0
+        else f"{count} jobs stale for more than {BACKLOG_FACTOR} x the threshold: recovery is not "
+        "keeping up",
         metadata={
             "stale_beyond_twice_threshold": count,
             "job_ids": list(sample),
@@ -137,16 +175,27 @@ def ghost_backlog(conn: Connection, rule: ghost_jobs.GhostRule) -> AssetCheckRes
 
 def recovery_indexes(conn: Connection) -> AssetCheckResult:
     advice = index_advice(conn)
-    problems = (["missing: " + ", ".join(ix.name for ix in advice.missing)] if advice.missing else []) + (
-        ["superseded (drop once the replacement exists): " + ", ".join(advice.superseded)] if advice.superseded else []
+    problems = (
+        ["missing: " + ", ".join(ix.name for ix in advice.missing)] if advice.missing else []
+    ) + (
+        ["superseded (drop once the replacement exists): " + ", ".join(advice.superseded)]
+        if advice.superseded
+        else []
     )
     return AssetCheckResult(
-        asset_key=ghost_jobs.AREA, check_name=RECOVERY_INDEXES.name,
+        asset_key=ghost_jobs.AREA,
+        check_name=RECOVERY_INDEXES.name,
         passed=not problems,
         severity=AssetCheckSeverity.WARN,
-        description=None if not problems else "; ".join(problems) + " (or run `python -m batch_pipeline create-indexes`)",
-        metadata={"missing": [ix.name for ix in advice.missing], "create_with": ";\n".join(advice.create_with),
-                  "superseded": advice.superseded, "drop_with": ";\n".join(advice.drop_with)},
+        description=None
+        if not problems
+        else "; ".join(problems) + " (or run `python -m batch_pipeline create-indexes`)",
+        metadata={
+            "missing": [ix.name for ix in advice.missing],
+            "create_with": ";\n".join(advice.create_with),
+            "superseded": advice.superseded,
+            "drop_with": ";\n".join(advice.drop_with),
+        },
     )
 
 
@@ -166,15 +215,22 @@ def unknown_job_statuses(conn: Connection) -> AssetCheckResult:
     rows = conn.execute(UNKNOWN_STATUSES).all()
     total = sum(row.jobs for row in rows)
     return AssetCheckResult(
-        asset_key=ghost_jobs.AREA, check_name=UNKNOWN_JOB_STATUSES.name,
+        asset_key=ghost_jobs.AREA,
+        check_name=UNKNOWN_JOB_STATUSES.name,
         passed=total == 0,
         severity=AssetCheckSeverity.WARN,
-        description=None if not total else
-        f"{total} jobs have a status batch_pipeline does not know ("
+        description=None
+        if not total
+        else f"{total} jobs have a status batch_pipeline does not know ("
         + ", ".join(f"{row.status!r}: {row.jobs}" for row in rows)
         + "); recovery leaves them alone",
-        metadata={"unknown_status_jobs": total,
-                  "by_status": {str(row.status): {"jobs": row.jobs, "first_job_id": row.first_job_id} for row in rows}},
+        metadata={
+            "unknown_status_jobs": total,
+            "by_status": {
+                str(row.status): {"jobs": row.jobs, "first_job_id": row.first_job_id}
+                for row in rows
+            },
+        },
     )
 
 

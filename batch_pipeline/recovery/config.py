@@ -16,30 +16,41 @@ from batch_pipeline.san.config import WriteConfig
 
 
 class RecoveryConfig(WriteConfig):
-    """Thresholds and caps for one recovery run (set in the Launchpad under ops.check_san_database)."""
+    """Thresholds and caps for one recovery run (in the Launchpad under ops.run_recovery.config)."""
 
     stale_pending_after_minutes: int = Field(
-        default=minutes(STALE_PENDING_AFTER), gt=0, description="A PENDING job older than this lost its event: ghost."
+        default=minutes(STALE_PENDING_AFTER),
+        gt=0,
+        description="A PENDING job older than this lost its event: ghost.",
     )
     stale_processing_after_minutes: int = Field(
-        default=minutes(STALE_PROCESSING_AFTER), gt=0,
+        default=minutes(STALE_PROCESSING_AFTER),
+        gt=0,
         description="A PROCESSING job running longer than this (above the AI call timeout): ghost.",
     )
     orphan_min_age_minutes: int = Field(
-        default=minutes(ORPHAN_MIN_AGE), gt=0,
-        description="Grace: scraps and daily summaries younger than this are left alone; the app may still be enqueueing.",
+        default=minutes(ORPHAN_MIN_AGE),
+        gt=0,
+        description="Grace: scraps and daily summaries younger than this are left alone; the app "
+        "may still be enqueueing.",
     )
     scrap_lookback_hours: int = Field(
-        default=0, ge=0, description="Scrap recoveries look only at scraps created in the last N hours "
+        default=0,
+        ge=0,
+        description="Scrap recoveries look only at scraps created in the last N hours "
         "(an index range instead of an anti-join over every scrap). 0 = every scrap (full sweep).",
     )
     max_attempts: int = Field(
-        default=MAX_ATTEMPTS, ge=0,
-        description="Poison cap: a (job_type, target_id) with this many jobs gets no new one. 0 = unlimited.",
+        default=MAX_ATTEMPTS,
+        ge=0,
+        description="Poison cap: a (job_type, target_id) with this many jobs gets no new one. 0 = "
+        "unlimited.",
     )
     max_enqueue_per_run: int = Field(
-        default=MAX_ENQUEUE_PER_RUN, gt=0,
-        description="At most this many new jobs per area and run, oldest first; the rest is deferred.",
+        default=MAX_ENQUEUE_PER_RUN,
+        gt=0,
+        description="At most this many new jobs per area and run, oldest first; the rest is "
+        "deferred.",
     )
 
     @property

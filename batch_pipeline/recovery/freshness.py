@@ -9,7 +9,11 @@ import warnings
 from datetime import timedelta
 
 from dagster import (
-    AssetSelection, DefaultScheduleStatus, ScheduleDefinition, build_last_update_freshness_checks, define_asset_job,
+    AssetSelection,
+    DefaultScheduleStatus,
+    ScheduleDefinition,
+    build_last_update_freshness_checks,
+    define_asset_job,
 )
 
 from batch_pipeline.recovery.registry import AREAS
@@ -29,7 +33,9 @@ def stale_after() -> timedelta:
     except ValueError:
         hours = 0.0
     if hours <= 0:
-        raise ValueError(f"SAN_RECOVERY_FRESHNESS_HOURS={value!r} must be a number of hours > 0 (e.g. 4)")
+        raise ValueError(
+            f"SAN_RECOVERY_FRESHNESS_HOURS={value!r} must be a number of hours > 0 (e.g. 4)"
+        )
     return timedelta(hours=hours)
 
 
@@ -40,7 +46,9 @@ def freshness_checks():
     # API does what the watchdog needs in Dagster 1.13.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return build_last_update_freshness_checks(assets=list(AREAS), lower_bound_delta=stale_after())
+        return build_last_update_freshness_checks(
+            assets=list(AREAS), lower_bound_delta=stale_after()
+        )
 
 
 RECOVERY_FRESHNESS_CHECKS = freshness_checks()
@@ -49,13 +57,19 @@ RECOVERY_FRESHNESS_CHECKS = freshness_checks()
 def recovery_freshness(timezone: str):
     """(the job that evaluates the freshness checks, its schedule)."""
     job = define_asset_job(
-        "recovery_freshness_job", selection=AssetSelection.checks(*RECOVERY_FRESHNESS_CHECKS),
-        description="Evaluates the recovery assets' freshness checks (no recovery run for too long).",
+        "recovery_freshness_job",
+        selection=AssetSelection.checks(*RECOVERY_FRESHNESS_CHECKS),
+        description="Evaluates the recovery assets' freshness checks (no recovery run for too "
+        "long).",
     )
     schedule = ScheduleDefinition(
-        name="recovery_freshness_schedule", job=job, cron_schedule=CHECK_EVERY_CRON, execution_timezone=timezone,
+        name="recovery_freshness_schedule",
+        job=job,
+        cron_schedule=CHECK_EVERY_CRON,
+        execution_timezone=timezone,
         default_status=DefaultScheduleStatus.RUNNING,
-        description="The healer's watchdog: fails a freshness check when recovery_job has not materialized its "
+        description="The healer's watchdog: fails a freshness check when recovery_job has not "
+        "materialized its "
         "assets for twice the recovery period (SAN_RECOVERY_FRESHNESS_HOURS, default 4).",
     )
     return job, schedule

@@ -18,10 +18,16 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from batch_pipeline.recovery.plan import (
-    RecoveryPolicy, RecoveryReport, attempted, heal_ages, minutes, plan_recovery, with_partial_report,
+    RecoveryPolicy,
+    RecoveryReport,
+    attempted,
+    heal_ages,
+    minutes,
+    plan_recovery,
+    with_partial_report,
 )
-from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.dialects import dialect
+from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.enqueue import BatchWritten, JobSource, enqueue, run_in_batches
 from batch_pipeline.san.frames import INT, TEXT, UTC_DATETIME, FrameSchema, frame_instant
 from batch_pipeline.san.schema import ACTIVE_STATUSES, FAILED, PENDING, PROCESSING, jobs
@@ -38,7 +44,8 @@ STALE_PROCESSING_AFTER = timedelta(minutes=60)
 
 GHOST_JOBS = FrameSchema(
     name="GhostJobs",
-    description="Jobs stuck in PENDING or PROCESSING past their threshold, with their attempts so far.",
+    description="Jobs stuck in PENDING or PROCESSING past their threshold, with their attempts so "
+    "far.",
     columns={
         "job_id": INT,
         "job_type": TEXT,
@@ -87,20 +94,39 @@ def is_stale(rule: GhostRule, table=jobs) -> ColumnElement:
 
 
 def detect_stale_jobs_query(rule: GhostRule):
-    stale = select(
-        jobs.c.id, jobs.c.job_type, jobs.c.target_id, jobs.c.status,
-        frame_instant(case((jobs.c.status == PENDING, jobs.c.created_at), else_=processing_since())).label("stale_since"),
-    ).where(is_stale(rule)).cte("stale")
+    stale = (
+        select(
+            jobs.c.id,
+            jobs.c.job_type,
+            jobs.c.target_id,
+            jobs.c.status,
+            frame_instant(
+                case((jobs.c.status == PENDING, jobs.c.created_at), else_=processing_since())
+            ).label("stale_since"),
+        )
+        .where(is_stale(rule))
+        .cte("stale")
+    )
     attempt = jobs.alias("attempt")
     # A join + GROUP BY rather than a correlated count: PostgreSQL hashes it when the recommended
     # index is missing instead of scanning jobs once per ghost.
     return (
         select(
-            stale.c.id.label("job_id"), stale.c.job_type, stale.c.target_id, stale.c.status,
-            stale.c.stale_since, func.count().label("attempts"),
+            stale.c.id.label("job_id"),
+            stale.c.job_type,
+            stale.c.target_id,
+            stale.c.status,
+            stale.c.stale_since,
+            func.count().label("attempts"),
         )
-        .join_from(stale, attempt, and_(attempt.c.target_id == stale.c.target_id, attempt.c.job_type == stale.c.job_type))
-        .group_by(stale.c.id, stale.c.job_type, stale.c.target_id, stale.c.status, stale.c.stale_since)
+        .join_from(
+            stale,
+            attempt,
+            and_(attempt.c.target_id == stale.c.target_id, attempt.c.job_type == stale.c.job_type),
+        )
+        .group_by(
+            stale.c.id, stale.c.job_type, stale.c.target_id, stale.c.status, stale.c.stale_since
+        )
         .order_by(stale.c.stale_since, stale.c.id)
     )
 
@@ -126,7 +152,10 @@ def _failure_message(conn: Connection, rule: GhostRule) -> ColumnElement:
         return (
             literal(f"batch_pipeline ghost-job recovery: stale in {status} for ")
             + minutes_stale
-            + literal(f" min (threshold {minutes(threshold)} min); re-enqueued as a new job unless at max_attempts")
+            + literal(
+                f" min (threshold {minutes(threshold)} min); re-enqueued as a new job unless at "
+                "max_attempts"
+            )
         )
 
     return case(
@@ -150,7 +179,12 @@ def close_stale_jobs_statement(conn: Connection, job_ids: Sequence[int], rule: G
     return (
         update(jobs)
         .where(jobs.c.id.in_(still_stale.scalar_subquery()), is_stale(rule))
-        .values(status=FAILED, finished_at=rule.now, updated_at=rule.now, error_message=_failure_message(conn, rule))
+        .values(
+            status=FAILED,
+            finished_at=rule.now,
+            updated_at=rule.now,
+            error_message=_failure_message(conn, rule),
+        )
         .returning(jobs.c.id, jobs.c.job_type, jobs.c.target_id)
     )
 
@@ -161,8 +195,10 @@ def ghost_source(conn: Connection, job_ids: Sequence[int], rule: GhostRule) -> J
     The closed jobs were active in the statement's snapshot (the close takes only jobs stale in
     it, and again in their latest version)."""
     return JobSource(
-        statement=close_stale_jobs_statement(conn, job_ids, rule), returned=("id", "job_type", "target_id"),
-        retry_of_column="id", closes_active_jobs=True,
+        statement=close_stale_jobs_statement(conn, job_ids, rule),
+        returned=("id", "job_type", "target_id"),
+        retry_of_column="id",
+        closes_active_jobs=True,
     )
 
 
@@ -174,17 +210,28 @@ class ClosedBatch:
 
 
 def close_and_replace(
-    conn: Connection, batch: pd.DataFrame, rule: GhostRule, max_attempts: int, notify_channel: str | None = None
+    conn: Connection,
+    batch: pd.DataFrame,
+    rule: GhostRule,
+    max_attempts: int,
+    notify_channel: str | None = None,
 ) -> BatchWritten[ClosedBatch]:
     """One batch, in one transaction: close the ghosts and enqueue their replacements."""
-    outcome = enqueue(conn, ghost_source(conn, batch["job_id"].tolist(), rule), now=rule.now,
-                      max_attempts=max_attempts, notify_channel=notify_channel)
+    outcome = enqueue(
+        conn,
+        ghost_source(conn, batch["job_id"].tolist(), rule),
+        now=rule.now,
+        max_attempts=max_attempts,
+        notify_channel=notify_channel,
+    )
     exhausted = set(outcome.exhausted)
     closed = outcome.source_rows
     result = ClosedBatch(
         closed_ids=[row["id"] for row in closed],
         replacements={job.retry_of_job_id: job for job in outcome.created},
-        exhausted_ids=[row["id"] for row in closed if (row["job_type"], row["target_id"]) in exhausted],
+        exhausted_ids=[
+            row["id"] for row in closed if (row["job_type"], row["target_id"]) in exhausted
+        ],
     )
     return outcome.as_batch(result)
 
@@ -233,7 +280,9 @@ def recover_ghost_jobs(
         report.enqueued = len(replacement_of)
         report.skipped_by_race = attempted(work, batches, policy) - len(closed_ids)
         closed = work[work["job_id"].isin(closed_ids)]
-        report.heal_ages_seconds = heal_ages(closed.loc[closed["job_id"].isin(replacement_of), "stale_since"], rule.now)
+        report.heal_ages_seconds = heal_ages(
+            closed.loc[closed["job_id"].isin(replacement_of), "stale_since"], rule.now
+        )
         report.recovered = [
             {
                 "failed_job_id": job_id,
@@ -244,7 +293,11 @@ def recover_ghost_jobs(
             }
             # .tolist() gives plain ints and strs; iterating the frame row by row boxes every value
             for job_id, job_type, target_id, status in zip(
-                closed["job_id"].tolist(), closed["job_type"].tolist(), closed["target_id"].tolist(), closed["status"].tolist()
+                closed["job_id"].tolist(),
+                closed["job_type"].tolist(),
+                closed["target_id"].tolist(),
+                closed["status"].tolist(),
+                strict=True,
             )
         ]
         report.changed = len(closed_ids)
@@ -254,8 +307,13 @@ def recover_ghost_jobs(
 
     try:
         results, batches = run_in_batches(
-            engine, dispatcher, work, policy.batch_size,
-            lambda conn, batch: close_and_replace(conn, batch, rule, policy.max_attempts, dispatcher.statement_channel),
+            engine,
+            dispatcher,
+            work,
+            policy.batch_size,
+            lambda conn, batch: close_and_replace(
+                conn, batch, rule, policy.max_attempts, dispatcher.statement_channel
+            ),
             policy.limits,
         )
     except Exception as error:
@@ -276,21 +334,31 @@ class GhostJobRecovery:
 
     @property
     def rule_text(self) -> str:
-        return (f"jobs PENDING > {minutes(STALE_PENDING_AFTER)} min / PROCESSING > "
-                f"{minutes(STALE_PROCESSING_AFTER)} min -> mark FAILED + enqueue again")
+        return (
+            f"jobs PENDING > {minutes(STALE_PENDING_AFTER)} min / PROCESSING > "
+            f"{minutes(STALE_PROCESSING_AFTER)} min -> mark FAILED + enqueue again"
+        )
 
     @property
     def detect_description(self) -> str:
-        return (f"Jobs stuck in PENDING (default > {minutes(STALE_PENDING_AFTER)} min, by created_at) or "
-                f"PROCESSING (default > {minutes(STALE_PROCESSING_AFTER)} min, by started_at), with their attempts.")
+        return (
+            f"Jobs stuck in PENDING (default > {minutes(STALE_PENDING_AFTER)} min, by created_at) "
+            "or "
+            f"PROCESSING (default > {minutes(STALE_PROCESSING_AFTER)} min, by started_at), with "
+            "their attempts."
+        )
 
     @property
     def recover_description(self) -> str:
-        return "Close each ghost as FAILED and enqueue its replacement, in one transaction per batch."
+        return (
+            "Close each ghost as FAILED and enqueue its replacement, in one transaction per batch."
+        )
 
     @property
     def asset_description(self) -> str:
-        return (f"Ghost {self.rule_text}. Metadata: counts per run and the failed -> new job id pairs.")
+        return (
+            f"Ghost {self.rule_text}. Metadata: counts per run and the failed -> new job id pairs."
+        )
 
     def rule(self, settings: RecoveryConfig, now: datetime) -> GhostRule:
         return GhostRule(now, settings.stale_pending_after, settings.stale_processing_after)
@@ -298,9 +366,17 @@ class GhostJobRecovery:
     def detect(self, conn: Connection, settings: RecoveryConfig, now: datetime) -> pd.DataFrame:
         return detect_ghost_jobs(conn, self.rule(settings, now))
 
-    def recover(self, engine: Engine, dispatcher: Dispatcher, candidates: pd.DataFrame, settings: RecoveryConfig,
-                now: datetime) -> RecoveryReport:
-        return recover_ghost_jobs(engine, dispatcher, candidates, self.rule(settings, now), settings.policy)
+    def recover(
+        self,
+        engine: Engine,
+        dispatcher: Dispatcher,
+        candidates: pd.DataFrame,
+        settings: RecoveryConfig,
+        now: datetime,
+    ) -> RecoveryReport:
+        return recover_ghost_jobs(
+            engine, dispatcher, candidates, self.rule(settings, now), settings.policy
+        )
 
 
 GHOST_JOB_RECOVERY = GhostJobRecovery()

@@ -14,11 +14,13 @@ RECOVERY_TAGS = {"batch_pipeline/concurrency": "recovery_job", "dagster/max_runt
 recovery_job = define_asset_job(
     "recovery_job",
     # its assets and the checks its ops evaluate; the watchdog's freshness checks run apart
-    selection=AssetSelection.assets(run_recovery) - AssetSelection.checks(*RECOVERY_FRESHNESS_CHECKS),
+    selection=AssetSelection.assets(run_recovery)
+    - AssetSelection.checks(*RECOVERY_FRESHNESS_CHECKS),
     tags=RECOVERY_TAGS,
     # Its steps run one after the other anyway: in one process a run starts in seconds instead
     # of a process (and a code load) per step (docs/benchmarks.md, "Launch to success").
     executor_def=in_process_executor,
     description="Heal SAN's pipeline fragments, in this order: "
-    + "; ".join(recovery.rule_text for recovery in RECOVERIES) + ".",
+    + "; ".join(recovery.rule_text for recovery in RECOVERIES)
+    + ".",
 )

@@ -6,7 +6,17 @@ The run config is given once, to the run_recovery graph (assets.py), which hands
 the `settings` input.
 """
 
-from dagster import AssetExecutionContext, AssetObservation, In, Nothing, OpDefinition, OpExecutionContext, Out, Output, op
+from dagster import (
+    AssetExecutionContext,
+    AssetObservation,
+    In,
+    Nothing,
+    OpDefinition,
+    OpExecutionContext,
+    Out,
+    Output,
+    op,
+)
 
 from batch_pipeline.recovery import checks, ghost_jobs
 from batch_pipeline.recovery.config import RecoveryConfig
@@ -15,7 +25,11 @@ from batch_pipeline.recovery.registry import RECOVERIES
 from batch_pipeline.san.database import database_now, read_transaction
 from batch_pipeline.san.memory import paused_gc
 from batch_pipeline.san.ops import (
-    DATABASE_RETRY, as_metadata, committed_by_failed_attempts, retried_only_if_transient, san_database_check_op,
+    DATABASE_RETRY,
+    as_metadata,
+    committed_by_failed_attempts,
+    retried_only_if_transient,
+    san_database_check_op,
     warn_about_unannounced_jobs,
 )
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
@@ -47,7 +61,9 @@ def audit_trail(context: AssetExecutionContext, recovery, report: RecoveryReport
     yield checks.deferred_backlog(report, earlier)
 
 
-def audited_across_attempts(context: OpExecutionContext, asset: str, recoveries, recover, same_candidates: bool):
+def audited_across_attempts(
+    context: OpExecutionContext, asset: str, recoveries, recover, same_candidates: bool
+):
     """`recover(recovery)` for each recovery, in order; the reports cover every attempt of the
     step. An attempt that fails after some areas or write batches committed records what they
     did (an observation of `asset`, marked COMMITTED_BY_FAILED_ATTEMPT), and a retry adds that
@@ -62,17 +78,36 @@ def audited_across_attempts(context: OpExecutionContext, asset: str, recoveries,
     except Exception as error:
         committed = reports + [report for report in [partial_report(error)] if report is not None]
         if any(report.changed for report in committed):
-            context.log_event(AssetObservation(asset_key=asset, metadata=as_metadata({
-                COMMITTED_BY_FAILED_ATTEMPT: context.retry_number,
-                "areas": [report.committed_metadata(context.retry_number) for report in committed]})))
-            context.log.warning(f"{asset}: attempt {context.retry_number + 1} failed after committing "
-                                f"{sum(report.changed for report in committed)} change(s); a retry's audit trail includes them")
+            context.log_event(
+                AssetObservation(
+                    asset_key=asset,
+                    metadata=as_metadata(
+                        {
+                            COMMITTED_BY_FAILED_ATTEMPT: context.retry_number,
+                            "areas": [
+                                report.committed_metadata(context.retry_number)
+                                for report in committed
+                            ],
+                        }
+                    ),
+                )
+            )
+            context.log.warning(
+                f"{asset}: attempt {context.retry_number + 1} failed after committing "
+                f"{sum(report.changed for report in committed)} change(s); a retry's audit trail "
+                "includes them"
+            )
         raise
     if context.retry_number:
-        earlier = [area for attempt in committed_by_failed_attempts(context, asset, COMMITTED_BY_FAILED_ATTEMPT)
-                   for area in attempt["areas"]]
+        earlier = [
+            area
+            for attempt in committed_by_failed_attempts(context, asset, COMMITTED_BY_FAILED_ATTEMPT)
+            for area in attempt["areas"]
+        ]
         for report in reports:
-            report.merge_committed([area for area in earlier if area["area"] == report.area], same_candidates)
+            report.merge_committed(
+                [area for area in earlier if area["area"] == report.area], same_candidates
+            )
     return reports
 
 
@@ -89,8 +124,11 @@ def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
         description=recovery.detect_description,
     )
     def detect(settings: RecoveryConfig, san_database: SanDatabase):
-        with retried_only_if_transient(), paused_gc(), read_transaction(san_database.get_engine(),
-                                                                        settings.write_limits) as conn:
+        with (
+            retried_only_if_transient(),
+            paused_gc(),
+            read_transaction(san_database.get_engine(), settings.write_limits) as conn,
+        ):
             return recovery.detect(conn, settings, database_now(conn))
 
     @op(
@@ -99,20 +137,39 @@ def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
         out={
             "done": Out(Nothing, description="Orders the next recovery after this one's writes."),
             # optional: a dry run materializes nothing
-            recovery.name: Out(Nothing, is_required=False, description=f"The {recovery.area} audit trail."),
-            **{checks.output_name(spec): Out(is_required=False) for spec in checks.area_checks(recovery.area)},
+            recovery.name: Out(
+                Nothing, is_required=False, description=f"The {recovery.area} audit trail."
+            ),
+            **{
+                checks.output_name(spec): Out(is_required=False)
+                for spec in checks.area_checks(recovery.area)
+            },
         },
         retry_policy=DATABASE_RETRY,
         description=recovery.recover_description,
     )
     def recover(
-        context: AssetExecutionContext, settings: RecoveryConfig, candidates, san_database: SanDatabase,
+        context: AssetExecutionContext,
+        settings: RecoveryConfig,
+        candidates,
+        san_database: SanDatabase,
         job_dispatcher: JobDispatcherResource,
     ):
         engine = san_database.get_engine()
         with retried_only_if_transient(), paused_gc():
-            [report] = audited_across_attempts(context.op_execution_context, recovery.area, [recovery], lambda recovery: recovery.recover(
-                engine, job_dispatcher.for_database(engine), candidates, settings, database_now(engine)), same_candidates=True)
+            [report] = audited_across_attempts(
+                context.op_execution_context,
+                recovery.area,
+                [recovery],
+                lambda recovery: recovery.recover(
+                    engine,
+                    job_dispatcher.for_database(engine),
+                    candidates,
+                    settings,
+                    database_now(engine),
+                ),
+                same_candidates=True,
+            )
         yield from audit_trail(context, recovery, report)
         yield Output(None, "done")
 
@@ -126,9 +183,15 @@ RECOVERY_OPS = {recovery.area: recovery_ops(recovery) for recovery in RECOVERIES
     ins={"after": In(Nothing)},
     out={checks.output_name(spec): Out(is_required=False) for spec in checks.DATABASE_CHECKS},
     retry_policy=DATABASE_RETRY,
-    description="The database-wide checks, after every recovery: ghost backlog, recommended indexes, unknown statuses.",
+    description="The database-wide checks, after every recovery: ghost backlog, recommended "
+    "indexes, unknown statuses.",
 )
 def check_recovery_health(settings: RecoveryConfig, san_database: SanDatabase):
-    with retried_only_if_transient(), read_transaction(san_database.get_engine(), settings.write_limits) as conn:
-        results = checks.database_checks(conn, ghost_jobs.GHOST_JOB_RECOVERY.rule(settings, database_now(conn)))
+    with (
+        retried_only_if_transient(),
+        read_transaction(san_database.get_engine(), settings.write_limits) as conn,
+    ):
+        results = checks.database_checks(
+            conn, ghost_jobs.GHOST_JOB_RECOVERY.rule(settings, database_now(conn))
+        )
     yield from results

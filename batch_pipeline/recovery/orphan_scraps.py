@@ -13,7 +13,11 @@ from batch_pipeline.san.schema import CARD_ANALYSIS, knowledge_cards, scraps
 has_no_card = ~exists().where(knowledge_cards.c.scrap_id == scraps.c.id)
 # The same, probed per scrap (a scalar subquery is never turned into a hash of all cards).
 has_no_card_probe = (
-    select(literal(1)).where(knowledge_cards.c.scrap_id == scraps.c.id).limit(1).scalar_subquery().is_(None)
+    select(literal(1))
+    .where(knowledge_cards.c.scrap_id == scraps.c.id)
+    .limit(1)
+    .scalar_subquery()
+    .is_(None)
 )
 
 ORPHAN_SCRAPS = TargetRecovery(

@@ -12,7 +12,8 @@ from batch_pipeline.san.enqueue import committed_before
 # A (job_type, target_id) with this many jobs gets no new one: a poison target (a scrap the AI
 # always fails on) must not be retried every run forever. 0 = unlimited.
 MAX_ATTEMPTS = 10
-# New jobs per area and run, oldest first: a backlog after an outage must not stampede the AI server.
+# New jobs per area and run, oldest first: a backlog after an outage must not stampede the AI
+# server.
 MAX_ENQUEUE_PER_RUN = 5_000
 
 
@@ -44,7 +45,9 @@ class RecoveryPlan:
     deferred: pd.DataFrame  # beyond the per-run cap: left for the next run
 
 
-def plan_recovery(candidates: pd.DataFrame, *, oldest_first_by: list[str], policy: RecoveryPolicy) -> RecoveryPlan:
+def plan_recovery(
+    candidates: pd.DataFrame, *, oldest_first_by: list[str], policy: RecoveryPolicy
+) -> RecoveryPlan:
     ordered = candidates.sort_values(oldest_first_by, kind="stable")
     if policy.max_attempts:
         at_cap = ordered["attempts"] >= policy.max_attempts
@@ -71,7 +74,10 @@ def heal_age_metadata(ages: list[float]) -> dict:
     if not ages:
         return {}
     series = pd.Series(ages)
-    return {"heal_age_median_seconds": round(float(series.median()), 1), "heal_age_max_seconds": float(series.max())}
+    return {
+        "heal_age_median_seconds": round(float(series.median()), 1),
+        "heal_age_max_seconds": float(series.max()),
+    }
 
 
 @dataclass
@@ -111,7 +117,11 @@ class RecoveryReport:
             "skipped_by_race": self.skipped_by_race,
             "announce_failures": self.announce_failures,
             "dry_run": self.dry_run,
-            **capped_ids(recovered=self.recovered, exhausted_ids=self.exhausted_ids, deferred_ids=self.deferred_ids),
+            **capped_ids(
+                recovered=self.recovered,
+                exhausted_ids=self.exhausted_ids,
+                deferred_ids=self.deferred_ids,
+            ),
             **({"ids_truncated": True} if self.ids_truncated else {}),
             **({"earlier_attempts": self.earlier_attempts} if self.earlier_attempts else {}),
             "thresholds": self.thresholds,
@@ -120,10 +130,17 @@ class RecoveryReport:
     def committed_metadata(self, failed_attempt: int) -> dict:
         """The audit of an attempt that failed after some batches committed: what they did,
         for the retry to add to its own (merge_committed)."""
-        return {**self.metadata(), COMMITTED_BY_FAILED_ATTEMPT: failed_attempt, "area": self.area, "changed": self.changed,
-                "heal_ages_seconds": self.heal_ages_seconds[:AUDIT_ID_LIMIT]}
+        return {
+            **self.metadata(),
+            COMMITTED_BY_FAILED_ATTEMPT: failed_attempt,
+            "area": self.area,
+            "changed": self.changed,
+            "heal_ages_seconds": self.heal_ages_seconds[:AUDIT_ID_LIMIT],
+        }
 
-    def merge_committed(self, earlier: list[dict], same_candidates: bool = True) -> "RecoveryReport":
+    def merge_committed(
+        self, earlier: list[dict], same_candidates: bool = True
+    ) -> "RecoveryReport":
         """This attempt's report plus what earlier, failed attempts of the step committed (their
         committed_metadata). With `same_candidates` (recovery_job: the detect op's frame is
         not re-read) what they changed this attempt found changed and counted as races: it
@@ -137,7 +154,9 @@ class RecoveryReport:
             earlier_exhausted = set(attempt["exhausted_ids"])
             again = sum(1 for i in self.exhausted_ids if i in earlier_exhausted)
             self.exhausted = attempt["exhausted"] + self.exhausted - again
-            self.exhausted_ids = attempt["exhausted_ids"] + [i for i in self.exhausted_ids if i not in earlier_exhausted]
+            self.exhausted_ids = attempt["exhausted_ids"] + [
+                i for i in self.exhausted_ids if i not in earlier_exhausted
+            ]
             self.announce_failures += attempt["announce_failures"]
             self.batches += attempt.get("batches", 0)
             self.heal_ages_seconds = attempt["heal_ages_seconds"] + self.heal_ages_seconds
@@ -152,7 +171,8 @@ COMMITTED_BY_FAILED_ATTEMPT = "committed_by_failed_attempt"
 
 
 def attempted(work, batches, policy: RecoveryPolicy) -> int:
-    """How many of `work` the committed batches wrote or re-checked (all of it, unless a batch failed)."""
+    """How many of `work` the committed batches wrote or re-checked (all of it, unless a batch
+    failed)."""
     return min(len(work), batches.batches * policy.batch_size)
 
 

@@ -25,4 +25,6 @@ RECOVERIES = (
 AREAS = tuple(recovery.area for recovery in RECOVERIES)
 BY_AREA = {recovery.area: recovery for recovery in RECOVERIES}
 # The "target needs work + no active job" recoveries: the fast lane retries their targets.
-TARGET_RECOVERIES = tuple(recovery for recovery in RECOVERIES if isinstance(recovery, TargetRecovery))
+TARGET_RECOVERIES = tuple(
+    recovery for recovery in RECOVERIES if isinstance(recovery, TargetRecovery)
+)

@@ -25,7 +25,11 @@ def recovery_schedule(timezone: str) -> ScheduleDefinition:
             cron_schedule=cron,
             execution_timezone=timezone,
             default_status=DefaultScheduleStatus.RUNNING,
-            description="runRecovery(): " + ", ".join(r.area for r in RECOVERIES) + ", in that order (SAN_RECOVERY_CRON).",
+            description="runRecovery(): "
+            + ", ".join(r.area for r in RECOVERIES)
+            + ", in that order (SAN_RECOVERY_CRON).",
         )
     except DagsterInvalidDefinitionError as error:
-        raise ValueError(f"SAN_RECOVERY_CRON={cron!r} is not a valid cron expression (e.g. '0 */2 * * *')") from error
+        raise ValueError(
+            f"SAN_RECOVERY_CRON={cron!r} is not a valid cron expression (e.g. '0 */2 * * *')"
+        ) from error

@@ -23,12 +23,25 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from batch_pipeline.recovery.plan import (
-    RecoveryPolicy, RecoveryReport, attempted, heal_ages, minutes, plan_recovery, with_partial_report,
+    RecoveryPolicy,
+    RecoveryReport,
+    attempted,
+    heal_ages,
+    minutes,
+    plan_recovery,
+    with_partial_report,
 )
-from batch_pipeline.san.dispatch import Dispatcher
-from batch_pipeline.san.dialects import dialect
-from batch_pipeline.san.enqueue import BatchWritten, Eligibility, EnqueueRequest, JobSource, enqueue, run_in_batches
 from batch_pipeline.san.database import WriteLimits, read_transaction
+from batch_pipeline.san.dialects import dialect
+from batch_pipeline.san.dispatch import Dispatcher
+from batch_pipeline.san.enqueue import (
+    BatchWritten,
+    Eligibility,
+    EnqueueRequest,
+    JobSource,
+    enqueue,
+    run_in_batches,
+)
 from batch_pipeline.san.frames import FRAME_MIN, INT, UTC_DATETIME, FrameSchema, frame_instant
 from batch_pipeline.san.schema import FAILED, holds_its_target, jobs
 
@@ -62,34 +75,54 @@ class TargetRecovery:
     # absence of a row elsewhere: as an anti-join PostgreSQL may hash the whole other table.
     needs_work_per_row: ColumnElement | None = None
     # Indexes whose presence makes the full sweep's index plan the better one, although the
-    # planner prices it about even with sequential scans (see dialects.postgresql.prefer_the_indexes).
+    # planner prices it about even with sequential scans (see
+    # dialects.postgresql.prefer_the_indexes).
     full_sweep_prefers: tuple[str, ...] = ()
     extension: bool = False  # this project's addition to the design, not one of its services
     frame: FrameSchema = field(init=False)
 
     def __post_init__(self):
-        columns = {self.id_key: INT, **{name: INT for name in self.carried_columns},
-                   self.grace_column: UTC_DATETIME, "attempts": INT, "waiting_since": UTC_DATETIME}
-        object.__setattr__(self, "frame", FrameSchema(self.frame_name, self.detect_description, columns))
+        columns = {
+            self.id_key: INT,
+            **{name: INT for name in self.carried_columns},
+            self.grace_column: UTC_DATETIME,
+            "attempts": INT,
+            "waiting_since": UTC_DATETIME,
+        }
+        object.__setattr__(
+            self, "frame", FrameSchema(self.frame_name, self.detect_description, columns)
+        )
 
     # -- descriptions, built from the declaration -------------------------------------------
     @property
     def rule_text(self) -> str:
-        return f"{self.table.name} {self.needs_work_text} + no active {self.job_type} job -> enqueue({self.job_type})"
+        return (
+            f"{self.table.name} {self.needs_work_text} + no active {self.job_type} job"
+            f" -> enqueue({self.job_type})"
+        )
 
     @property
     def detect_description(self) -> str:
-        return (f"Rows of {self.table.name} {self.needs_work_text} and no active {self.job_type} job, older "
-                f"than the grace (orphan_min_age_minutes, default {minutes(ORPHAN_MIN_AGE)} min).")
+        return (
+            f"Rows of {self.table.name} {self.needs_work_text} and no active {self.job_type} job, "
+            "older "
+            f"than the grace (orphan_min_age_minutes, default {minutes(ORPHAN_MIN_AGE)} min)."
+        )
 
     @property
     def recover_description(self) -> str:
-        return f"Enqueue {self.job_type} for the detected {self.table.name}, oldest first, in bounded batches."
+        return (
+            f"Enqueue {self.job_type} for the detected {self.table.name}, oldest first,"
+            " in bounded batches."
+        )
 
     @property
     def asset_description(self) -> str:
         extension = " (batch_pipeline's extension of the design)" if self.extension else ""
-        return (f"{self.rule_text}{extension}. Metadata: counts per run and the {self.id_key} -> new job ids.")
+        return (
+            f"{self.rule_text}{extension}. Metadata: counts per run and the {self.id_key}"
+            " -> new job ids."
+        )
 
     @property
     def eligibility(self) -> Eligibility:
@@ -99,21 +132,39 @@ class TargetRecovery:
     def job_source(self, target_ids: Sequence[int]) -> JobSource:
         """A write batch: these targets, re-checked at write time (a worker may have done the
         work since detection)."""
-        return JobSource(job_type=self.job_type, requests=[EnqueueRequest(i) for i in target_ids],
-                         eligibility=self.eligibility)
+        return JobSource(
+            job_type=self.job_type,
+            requests=[EnqueueRequest(i) for i in target_ids],
+            eligibility=self.eligibility,
+        )
 
     # -- what the Dagster ops call -----------------------------------------------------------
     def detect(self, conn: Connection, settings: RecoveryConfig, now: datetime) -> pd.DataFrame:
         lookback = settings.scrap_lookback if self.uses_scrap_lookback else None
-        return detect_targets(conn, self, now=now, min_age=settings.orphan_min_age, lookback=lookback)
+        return detect_targets(
+            conn, self, now=now, min_age=settings.orphan_min_age, lookback=lookback
+        )
 
-    def recover(self, engine: Engine, dispatcher: Dispatcher, candidates: pd.DataFrame, settings: RecoveryConfig,
-                now: datetime) -> RecoveryReport:
+    def recover(
+        self,
+        engine: Engine,
+        dispatcher: Dispatcher,
+        candidates: pd.DataFrame,
+        settings: RecoveryConfig,
+        now: datetime,
+    ) -> RecoveryReport:
         thresholds = {"orphan_min_age_minutes": settings.orphan_min_age_minutes}
         if self.uses_scrap_lookback:
             thresholds["scrap_lookback_hours"] = settings.scrap_lookback_hours
-        return recover_targets(engine, dispatcher, self, candidates, now=now, thresholds=thresholds,
-                               policy=settings.policy)
+        return recover_targets(
+            engine,
+            dispatcher,
+            self,
+            candidates,
+            now=now,
+            thresholds=thresholds,
+            policy=settings.policy,
+        )
 
 
 def has_active_job(job_type: str, table: Table) -> ColumnElement:
@@ -124,8 +175,13 @@ def has_active_job(job_type: str, table: Table) -> ColumnElement:
     )
 
 
-def detect_query(recovery: TargetRecovery, created_before: datetime, created_since: datetime | None = None,
-                 among: ColumnElement | None = None, latest_attempt: bool = False):
+def detect_query(
+    recovery: TargetRecovery,
+    created_before: datetime,
+    created_since: datetime | None = None,
+    among: ColumnElement | None = None,
+    latest_attempt: bool = False,
+):
     """The targets that need the work and have no active job, with their attempts so far and
     `waiting_since`: the target's grace column (saved at), or with `latest_attempt` when its
     latest attempt ended if it had one. `among` narrows the targets (the fast lane: those with
@@ -146,19 +202,35 @@ def detect_query(recovery: TargetRecovery, created_before: datetime, created_sin
     if (created_since is not None or among is not None) and recovery.needs_work_per_row is not None:
         needs_work = recovery.needs_work_per_row
     candidates = (
-        select(table.c.id.label(recovery.id_key), *(table.c[name] for name in recovery.carried_columns),
-               frame_instant(grace).label(recovery.grace_column))
+        select(
+            table.c.id.label(recovery.id_key),
+            *(table.c[name] for name in recovery.carried_columns),
+            frame_instant(grace).label(recovery.grace_column),
+        )
         .where(needs_work, ~has_active_job(recovery.job_type, table), *window)
         .cte("candidates")
     )
     attempt = jobs.alias("attempt")
     target = candidates.c[recovery.id_key]
     return (
-        select(candidates, func.count(attempt.c.target_id).label("attempts"),
-               (frame_instant(func.coalesce(func.max(attempt.c.updated_at), candidates.c[recovery.grace_column]))
-                if latest_attempt else candidates.c[recovery.grace_column]).label("waiting_since"))
+        select(
+            candidates,
+            func.count(attempt.c.target_id).label("attempts"),
+            (
+                frame_instant(
+                    func.coalesce(
+                        func.max(attempt.c.updated_at), candidates.c[recovery.grace_column]
+                    )
+                )
+                if latest_attempt
+                else candidates.c[recovery.grace_column]
+            ).label("waiting_since"),
+        )
         .select_from(
-            candidates.outerjoin(attempt, and_(attempt.c.target_id == target, attempt.c.job_type == recovery.job_type))
+            candidates.outerjoin(
+                attempt,
+                and_(attempt.c.target_id == target, attempt.c.job_type == recovery.job_type),
+            )
         )
         .group_by(*candidates.c)
         .order_by(candidates.c[recovery.grace_column], target)
@@ -183,8 +255,12 @@ def detect_targets(
     return recovery.frame.from_rows(conn.execute(query))
 
 
-def last_failures(engine: Engine, recovery: TargetRecovery, targets: pd.DataFrame,
-                  limits: WriteLimits = WriteLimits()) -> pd.Series:
+def last_failures(
+    engine: Engine,
+    recovery: TargetRecovery,
+    targets: pd.DataFrame,
+    limits: WriteLimits = WriteLimits(),
+) -> pd.Series:
     """When each of `targets` (rows of this recovery's frame) that has had attempts last failed,
     indexed by target id: the audit's heal ages run from there. One lookup over FAILED jobs: the
     partial ix_san_jobs_failed_updated holds every column it needs, where ix_san_jobs_target
@@ -196,14 +272,20 @@ def last_failures(engine: Engine, recovery: TargetRecovery, targets: pd.DataFram
         return NO_FAILURES
     with read_transaction(engine, limits) as conn:
         sql = dialect(conn)
-        rows = sql.plain_rows(conn.execute(
-            select(jobs.c.target_id, func.max(jobs.c.updated_at))
-            .where(jobs.c.status == FAILED, jobs.c.job_type == recovery.job_type, sql.id_in(jobs.c.target_id, with_attempts))
-            .group_by(jobs.c.target_id)
-        ))
+        rows = sql.plain_rows(
+            conn.execute(
+                select(jobs.c.target_id, func.max(jobs.c.updated_at))
+                .where(
+                    jobs.c.status == FAILED,
+                    jobs.c.job_type == recovery.job_type,
+                    sql.id_in(jobs.c.target_id, with_attempts),
+                )
+                .group_by(jobs.c.target_id)
+            )
+        )
     if not rows:
         return NO_FAILURES
-    target_ids, ended = zip(*rows)
+    target_ids, ended = zip(*rows, strict=True)
     return pd.Series(pd.to_datetime(list(ended), utc=True, errors="coerce"), index=list(target_ids))
 
 
@@ -212,7 +294,12 @@ NO_FAILURES = pd.Series([], dtype=UTC_DATETIME)
 
 def waited_since(healed: pd.DataFrame, key: str, last_failure: pd.Series) -> pd.Series:
     """Each healed target's last failure, else its `waiting_since` (saved at)."""
-    return healed[key].map(last_failure).fillna(healed["waiting_since"]).clip(lower=pd.Timestamp(FRAME_MIN))
+    return (
+        healed[key]
+        .map(last_failure)
+        .fillna(healed["waiting_since"])
+        .clip(lower=pd.Timestamp(FRAME_MIN))
+    )
 
 
 def audit_lookup(lookup: Future, area: str) -> pd.Series:
@@ -221,8 +308,11 @@ def audit_lookup(lookup: Future, area: str) -> pd.Series:
     try:
         return lookup.result()
     except Exception:
-        LOG.warning("%s: could not read the healed targets' last failures; heal ages run from their saves", area,
-                    exc_info=True)
+        LOG.warning(
+            "%s: could not read the healed targets' last failures; heal ages run from their saves",
+            area,
+            exc_info=True,
+        )
         return NO_FAILURES
 
 
@@ -253,8 +343,13 @@ def recover_targets(
         return report
 
     def write_batch(conn: Connection, ids: Sequence[int]) -> BatchWritten:
-        outcome = enqueue(conn, recovery.job_source(ids), now=now, max_attempts=policy.max_attempts,
-                          notify_channel=dispatcher.statement_channel)
+        outcome = enqueue(
+            conn,
+            recovery.job_source(ids),
+            now=now,
+            max_attempts=policy.max_attempts,
+            notify_channel=dispatcher.statement_channel,
+        )
         return outcome.as_batch(outcome)
 
     to_enqueue = plan.to_enqueue[key].tolist()
@@ -266,7 +361,9 @@ def recover_targets(
         report.exhausted += len(late_exhausted)
         report.exhausted_ids += late_exhausted
         report.enqueued = report.changed = len(created)
-        report.skipped_by_race = attempted(to_enqueue, batches, policy) - len(created) - len(late_exhausted)
+        report.skipped_by_race = (
+            attempted(to_enqueue, batches, policy) - len(created) - len(late_exhausted)
+        )
         report.recovered = [{key: job.target_id, "new_job_id": job.job_id} for job in created]
         healed = candidates[candidates[key].isin([job.target_id for job in created])]
         report.heal_ages_seconds = heal_ages(waited_since(healed, key, last_failure), now)
@@ -275,11 +372,14 @@ def recover_targets(
         return report
 
     # The heal ages' lookup on a second connection while the batches write (see last_failures).
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{recovery.name}_heal_ages") as lookup:
+    with ThreadPoolExecutor(
+        max_workers=1, thread_name_prefix=f"{recovery.name}_heal_ages"
+    ) as lookup:
         failures = lookup.submit(last_failures, engine, recovery, plan.to_enqueue, policy.limits)
         try:
-            results, batches = run_in_batches(engine, dispatcher, to_enqueue, policy.batch_size, write_batch,
-                                              policy.limits)
+            results, batches = run_in_batches(
+                engine, dispatcher, to_enqueue, policy.batch_size, write_batch, policy.limits
+            )
         except Exception as error:
             # The database may be gone: the ages since the save, not the last failure.
             with_partial_report(error, complete)

@@ -9,7 +9,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import create_engine, text
@@ -33,7 +33,7 @@ class SanConnectionError(RuntimeError):
 def utc_now() -> datetime:
     """This host's clock. The pipeline judges ages and stamps jobs with `database_now`; this is
     for what is not the SAN database's business (and the sandbox, which plays the app)."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def database_now(bind: Connection | Engine) -> datetime:
@@ -63,8 +63,13 @@ def redacted(url: str | URL) -> str:
     masked. Every URL batch_pipeline shows (SAN's, Redis's) goes through here."""
     try:
         parsed = make_url(url)
-        query = {key: ("***" if key.lower() in SECRET_QUERY_KEYS else value) for key, value in parsed.query.items()}
-        return parsed.set(query=query).render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
+        query = {
+            key: ("***" if key.lower() in SECRET_QUERY_KEYS else value)
+            for key, value in parsed.query.items()
+        }
+        return (
+            parsed.set(query=query).render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
+        )
     except (ArgumentError, ValueError):
         return "<unparseable URL>"
 
@@ -79,8 +84,13 @@ def parse_database_url(url: str) -> URL:
             f"SAN_DATABASE_URL is not a valid SQLAlchemy URL ({error}); expected e.g. "
             "postgresql+psycopg://user:password@host:5432/san or sqlite:///path/to/san.sqlite"
         ) from error
-    if parsed.get_backend_name() == "postgres":  # Heroku, Render, Supabase...: PostgreSQL by its old name
-        parsed = parsed.set(drivername="postgresql+" + parsed.get_driver_name() if "+" in parsed.drivername else "postgresql")
+    # Heroku, Render, Supabase...: PostgreSQL by its old name
+    if parsed.get_backend_name() == "postgres":
+        parsed = parsed.set(
+            drivername="postgresql+" + parsed.get_driver_name()
+            if "+" in parsed.drivername
+            else "postgresql"
+        )
     backend = parsed.get_backend_name()
     if backend == "postgresql":
         if parsed.get_driver_name() in ("", "psycopg2"):
@@ -106,10 +116,14 @@ def create_san_engine(url: str) -> Engine:
         else:
             # application_name: operators see batch_pipeline's sessions in pg_stat_activity
             engine = create_engine(
-                parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10, "application_name": "batch_pipeline"}
+                parsed,
+                pool_pre_ping=True,
+                connect_args={"connect_timeout": 10, "application_name": "batch_pipeline"},
             )
     except (ArgumentError, NoSuchModuleError) as error:
-        raise SanConnectionError(f"cannot use SAN_DATABASE_URL {redacted(parsed)}: {error}") from error
+        raise SanConnectionError(
+            f"cannot use SAN_DATABASE_URL {redacted(parsed)}: {error}"
+        ) from error
     return engine
 
 
@@ -148,5 +162,6 @@ def write_transaction(engine: Engine, limits: WriteLimits = WriteLimits()) -> It
     with engine.begin() as conn:
         sql = dialect(conn)
         sql.transaction_settings(conn, limits)
-        sql.take_write_lock(conn, limits)  # serialises batch_pipeline's writers, never SAN's workers
+        # serialises batch_pipeline's writers, never SAN's workers
+        sql.take_write_lock(conn, limits)
         yield conn

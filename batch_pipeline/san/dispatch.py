@@ -18,7 +18,9 @@ from batch_pipeline.san.dialects.postgresql import notify_job_ids
 
 log = logging.getLogger(__name__)
 
-PG_NOTIFY_CHANNEL = "san_jobs"  # SAN_NOTIFY_CHANNEL overrides it: two SAN environments can share a server
+PG_NOTIFY_CHANNEL = (
+    "san_jobs"  # SAN_NOTIFY_CHANNEL overrides it: two SAN environments can share a server
+)
 REDIS_STREAM = "san:jobs"
 DISPATCHER_KINDS = ("pg_notify", "redis_stream", "none")
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -74,7 +76,8 @@ _CHANNEL_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 def check_notify_channel(channel: str) -> str:
     if not _CHANNEL_NAME.fullmatch(channel or ""):
         raise DispatcherConfigError(
-            f"SAN_NOTIFY_CHANNEL={channel!r} is not a pg_notify channel name (lower-case letters, digits "
+            f"SAN_NOTIFY_CHANNEL={channel!r} is not a pg_notify channel name (lower-case letters, "
+            "digits "
             "and _, at most 63, not starting with a digit; e.g. san_jobs)"
         )
     return channel
@@ -128,24 +131,36 @@ class RedisStreamDispatcher(Dispatcher):
             log.warning(
                 "could not announce %d job(s) on Redis stream %s at %s: %s; they stay PENDING "
                 "and the next ghost-job recovery re-enqueues them",
-                len(new_jobs), self.stream, redacted(self.redis_url), redact_secrets(str(error), self.redis_url),
+                len(new_jobs),
+                self.stream,
+                redacted(self.redis_url),
+                redact_secrets(str(error), self.redis_url),
             )
             return len(new_jobs)
         return 0
 
 
-def build_dispatcher(kind: str | None, dialect_name: str, redis_url: str, redis_stream: str = REDIS_STREAM,
-                     notify_channel: str = PG_NOTIFY_CHANNEL) -> Dispatcher:
+def build_dispatcher(
+    kind: str | None,
+    dialect_name: str,
+    redis_url: str,
+    redis_stream: str = REDIS_STREAM,
+    notify_channel: str = PG_NOTIFY_CHANNEL,
+) -> Dispatcher:
     """The dispatcher SAN_JOB_DISPATCHER names; unset: pg_notify on PostgreSQL, none on SQLite."""
-    chosen = (kind or "").strip().lower() or ("pg_notify" if dialect_name == "postgresql" else "none")
+    chosen = (kind or "").strip().lower() or (
+        "pg_notify" if dialect_name == "postgresql" else "none"
+    )
     if chosen not in DISPATCHER_KINDS:
         raise DispatcherConfigError(
-            f"SAN_JOB_DISPATCHER={kind!r} is not a dispatcher; choose one of {', '.join(DISPATCHER_KINDS)}"
+            f"SAN_JOB_DISPATCHER={kind!r} is not a dispatcher; choose one of "
+            f"{', '.join(DISPATCHER_KINDS)}"
         )
     if chosen == "pg_notify":
         if dialect_name != "postgresql":
             raise DispatcherConfigError(
-                f"SAN_JOB_DISPATCHER=pg_notify needs PostgreSQL, but the SAN database is {dialect_name}"
+                "SAN_JOB_DISPATCHER=pg_notify needs PostgreSQL, but the SAN database is "
+                f"{dialect_name}"
             )
         return PgNotifyDispatcher(notify_channel)
     if chosen == "redis_stream":

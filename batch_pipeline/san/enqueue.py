@@ -86,18 +86,27 @@ class JobSource:
 @dataclass
 class EnqueueOutcome:
     created: list[NewJob] = field(default_factory=list)
-    exhausted: list[tuple[str, int]] = field(default_factory=list)  # (job_type, target_id) at the poison cap
-    already_active: list[tuple[str, int]] = field(default_factory=list)  # (job_type, target_id) someone else covers
+    # (job_type, target_id) at the poison cap
+    exhausted: list[tuple[str, int]] = field(default_factory=list)
+    # (job_type, target_id) someone else covers
+    already_active: list[tuple[str, int]] = field(default_factory=list)
     announced: bool = False  # the write statement sent the created jobs' pg_notify itself
-    source_rows: list[dict] = field(default_factory=list)  # what a statement source returned, by name
+    # what a statement source returned, by name
+    source_rows: list[dict] = field(default_factory=list)
 
     def as_batch(self, result) -> "BatchWritten":
         """This outcome as one batch of `run_in_batches`, with the caller's `result`."""
         return BatchWritten(result, self.created, self.announced)
 
 
-def enqueue(conn: Connection, source: JobSource, *, now: datetime, max_attempts: int,
-            notify_channel: str | None = None) -> EnqueueOutcome:
+def enqueue(
+    conn: Connection,
+    source: JobSource,
+    *,
+    now: datetime,
+    max_attempts: int,
+    notify_channel: str | None = None,
+) -> EnqueueOutcome:
     """Insert one PENDING job per distinct (job_type, target_id) of `source` that has no active
     job and is under the cap (`max_attempts` 0: unlimited). Must run inside `write_transaction`.
 
@@ -107,22 +116,37 @@ def enqueue(conn: Connection, source: JobSource, *, now: datetime, max_attempts:
         return EnqueueOutcome()
     sql = dialect(conn)
     if sql.can_fuse(conn, source):
-        fused = sql.enqueue_fused(conn, source, now=now, max_attempts=max_attempts, notify_channel=notify_channel)
+        fused = sql.enqueue_fused(
+            conn, source, now=now, max_attempts=max_attempts, notify_channel=notify_channel
+        )
         return EnqueueOutcome(
             created=list(map(NewJob._make, fused["created"])),
-            exhausted=fused["exhausted"], already_active=fused["already_active"], announced=fused["announced"],
+            exhausted=fused["exhausted"],
+            already_active=fused["already_active"],
+            announced=fused["announced"],
             source_rows=fused["source_rows"],
         )
     return _enqueue_portably(conn, source, now, max_attempts)
 
 
 def enqueue_jobs(
-    conn: Connection, job_type: str, requests: Sequence[EnqueueRequest], *, now: datetime, max_attempts: int,
-    eligibility: Eligibility | None = None, notify_channel: str | None = None,
+    conn: Connection,
+    job_type: str,
+    requests: Sequence[EnqueueRequest],
+    *,
+    now: datetime,
+    max_attempts: int,
+    eligibility: Eligibility | None = None,
+    notify_channel: str | None = None,
 ) -> EnqueueOutcome:
     """`enqueue` for targets of one job type; `exhausted` and `already_active` as target ids."""
-    outcome = enqueue(conn, JobSource(job_type=job_type, requests=requests, eligibility=eligibility), now=now,
-                      max_attempts=max_attempts, notify_channel=notify_channel)
+    outcome = enqueue(
+        conn,
+        JobSource(job_type=job_type, requests=requests, eligibility=eligibility),
+        now=now,
+        max_attempts=max_attempts,
+        notify_channel=notify_channel,
+    )
     outcome.exhausted = [target for _type, target in outcome.exhausted]
     outcome.already_active = [target for _type, target in outcome.already_active]
     return outcome
@@ -143,7 +167,9 @@ def attempts_and_active(conn: Connection, job_type: str, target_ids: Sequence[in
     )
 
 
-def _requests_by_type(conn: Connection, source: JobSource) -> tuple[dict[str, dict[int, EnqueueRequest]], list[dict]]:
+def _requests_by_type(
+    conn: Connection, source: JobSource
+) -> tuple[dict[str, dict[int, EnqueueRequest]], list[dict]]:
     """The source's requests per job type, one per target (retrying the oldest row for it),
     and the statement's rows."""
     if not source.from_rows:
@@ -164,23 +190,34 @@ def _requests_by_type(conn: Connection, source: JobSource) -> tuple[dict[str, di
     return by_type, [{name: row[name] for name in source.returned} for row in rows]
 
 
-def _enqueue_portably(conn: Connection, source: JobSource, now: datetime, max_attempts: int) -> EnqueueOutcome:
+def _enqueue_portably(
+    conn: Connection, source: JobSource, now: datetime, max_attempts: int
+) -> EnqueueOutcome:
     by_type, source_rows = _requests_by_type(conn, source)
     outcome = EnqueueOutcome(source_rows=source_rows)
     for job_type in sorted(by_type):
         unique = by_type[job_type]
         if source.eligibility is not None and unique:
             table = source.eligibility.table
-            still = set(conn.execute(
-                select(table.c.id).where(dialect(conn).id_in(table.c.id, list(unique)), source.eligibility.predicate)
-            ).scalars())
+            still = set(
+                conn.execute(
+                    select(table.c.id).where(
+                        dialect(conn).id_in(table.c.id, list(unique)), source.eligibility.predicate
+                    )
+                ).scalars()
+            )
             unique = {target: request for target, request in unique.items() if target in still}
-        counts = {} if source.creates_targets or not unique else {
-            # one fetch for the whole batch, the driver's own rows where it can (plain_rows)
-            target_id: (attempts, active)
-            for target_id, attempts, active in dialect(conn).plain_rows(
-                conn.execute(attempts_and_active(conn, job_type, list(unique))))
-        }
+        counts = (
+            {}
+            if source.creates_targets or not unique
+            else {
+                # one fetch for the whole batch, the driver's own rows where it can (plain_rows)
+                target_id: (attempts, active)
+                for target_id, attempts, active in dialect(conn).plain_rows(
+                    conn.execute(attempts_and_active(conn, job_type, list(unique)))
+                )
+            }
+        )
         to_create: list[EnqueueRequest] = []
         for target_id, request in sorted(unique.items()):
             attempts, active = counts.get(target_id, (0, 0))
@@ -194,7 +231,9 @@ def _enqueue_portably(conn: Connection, source: JobSource, now: datetime, max_at
     return outcome
 
 
-def _insert_jobs(conn: Connection, job_type: str, to_create: Sequence[EnqueueRequest], now: datetime) -> list[NewJob]:
+def _insert_jobs(
+    conn: Connection, job_type: str, to_create: Sequence[EnqueueRequest], now: datetime
+) -> list[NewJob]:
     created = dialect(conn).insert_rows(
         conn,
         jobs,
@@ -205,7 +244,9 @@ def _insert_jobs(conn: Connection, job_type: str, to_create: Sequence[EnqueueReq
         },
         returning=["id", "target_id", "retry_of_job_id"],
     )
-    return [NewJob(row["id"], job_type, row["target_id"], row["retry_of_job_id"]) for row in created]
+    return [
+        NewJob(row["id"], job_type, row["target_id"], row["retry_of_job_id"]) for row in created
+    ]
 
 
 # -- batches -----------------------------------------------------------------------------------
@@ -253,7 +294,9 @@ def run_in_batches(
         for batch in chunked(items, batch_size):
             with write_transaction(engine, limits) as conn:
                 written = write_batch(conn, batch)
-                dispatcher.announce_in_transaction(conn, [] if written.announced else written.created)
+                dispatcher.announce_in_transaction(
+                    conn, [] if written.announced else written.created
+                )
             report.batches += 1
             report.announce_failures += dispatcher.announce_after_commit(written.created)
             results.append(written.result)

@@ -3,12 +3,11 @@
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import pandas as pd
 from dagster import BetaWarning, DagsterType
 from dagster_pandas import PandasColumn, create_dagster_pandas_dataframe_type
-from datetime import datetime, timezone
-
 from sqlalchemy import case, literal
 from sqlalchemy.engine import Result
 from sqlalchemy.sql.elements import ColumnElement
@@ -17,8 +16,8 @@ from batch_pipeline.san.dialects import dialect
 
 # The instants a frame's datetime64[ns] column can hold. SAN's rows hold others (a worker's zero
 # time, year 1; '-infinity'; 1500-01-01) that SQL judges fine but pandas cannot represent.
-FRAME_MIN = datetime(1678, 1, 1, tzinfo=timezone.utc)
-FRAME_MAX = datetime(2262, 1, 1, tzinfo=timezone.utc)
+FRAME_MIN = datetime(1678, 1, 1, tzinfo=UTC)
+FRAME_MAX = datetime(2262, 1, 1, tzinfo=UTC)
 
 INT = "int64"
 TEXT = "object"
@@ -65,13 +64,20 @@ class FrameSchema:
         Database timestamps arrive aware (PostgreSQL) or naive UTC (SQLite); both become UTC.
         """
         # One fetch of plain tuples, then one typed column at a time: no per-row Row objects
-        # and no dtype inference over Python objects (docs/benchmarks.md, "Figures behind the code").
-        rows = dialect(rows.context.root_connection).plain_rows(rows) if isinstance(rows, Result) else list(rows)
-        values = list(zip(*rows)) if rows else [()] * len(self.columns)
-        return pd.DataFrame({
-            column: _column(column_values, dtype)
-            for (column, dtype), column_values in zip(self.columns.items(), values)
-        })
+        # and no dtype inference over Python objects (docs/benchmarks.md, "Figures behind the
+        # code").
+        rows = (
+            dialect(rows.context.root_connection).plain_rows(rows)
+            if isinstance(rows, Result)
+            else list(rows)
+        )
+        values = list(zip(*rows, strict=True)) if rows else [()] * len(self.columns)
+        return pd.DataFrame(
+            {
+                column: _column(column_values, dtype)
+                for (column, dtype), column_values in zip(self.columns.items(), values, strict=True)
+            }
+        )
 
 
 def _column(values, dtype: str) -> pd.Series:

@@ -9,8 +9,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from dagster import (
-    AssetKey, Backoff, Config, ConfigArgumentWarning, DagsterEventType, Failure, MetadataValue, OpExecutionContext,
-    RetryPolicy, op,
+    AssetKey,
+    Backoff,
+    Config,
+    ConfigArgumentWarning,
+    DagsterEventType,
+    Failure,
+    MetadataValue,
+    OpExecutionContext,
+    RetryPolicy,
+    op,
 )
 from sqlalchemy.exc import DBAPIError
 
@@ -28,7 +36,8 @@ DATABASE_RETRY = RetryPolicy(max_retries=2, delay=3, backoff=Backoff.EXPONENTIAL
 # operator intervention (57: admin shutdown, statement timeout), transaction rollback (40:
 # serialization failure, deadlock), and lock_not_available (a lock_timeout, 55P03).
 TRANSIENT_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57"})
-# A foreign-key violation (23503) too: the only one a write can meet is a row the app deleted while the
+# A foreign-key violation (23503) too: the only one a write can meet is a row the app deleted while
+# the
 # statement ran (a user, during the TIL's insert); the retry re-checks and skips it.
 TRANSIENT_SQLSTATES = frozenset({"55P03", "23503"})
 TRANSIENT_SQLITE_ERRORS = frozenset({"SQLITE_BUSY", "SQLITE_LOCKED"})
@@ -49,7 +58,8 @@ def is_transient(error: BaseException) -> bool:
     sqlite_error = getattr(error.orig, "sqlite_errorname", None)
     if sqlite_error:
         return sqlite_error in TRANSIENT_SQLITE_ERRORS
-    return type(error.orig).__name__ == "OperationalError"  # psycopg: no server answer, e.g. connection refused
+    # psycopg: no server answer, e.g. connection refused
+    return type(error.orig).__name__ == "OperationalError"
 
 
 @contextmanager
@@ -68,7 +78,8 @@ def retried_only_if_transient() -> Iterator[None]:
         sqlstate = getattr(cause, "sqlstate", None)
         first_line = (str(cause).strip().splitlines() or [""])[0]
         raise Failure(
-            description=f"{type(cause).__name__}{f' (SQLSTATE {sqlstate})' if sqlstate else ''}: {first_line}. "
+            description=f"{type(cause).__name__}{f' (SQLSTATE {sqlstate})' if sqlstate else ''}: "
+            f"{first_line}. "
             "Not retried: the same input gives the same error.",
             allow_retries=False,
         ) from error
@@ -76,15 +87,22 @@ def retried_only_if_transient() -> Iterator[None]:
 
 def as_metadata(values: dict) -> dict:
     """Numbers stay numbers (the UI plots them over runs); lists and dicts become JSON."""
-    return {key: MetadataValue.json(v) if isinstance(v, (list, dict)) else v for key, v in values.items()}
+    return {
+        key: MetadataValue.json(v) if isinstance(v, (list, dict)) else v
+        for key, v in values.items()
+    }
 
 
-def warn_about_unannounced_jobs(context: OpExecutionContext, area: str, announce_failures: int) -> None:
+def warn_about_unannounced_jobs(
+    context: OpExecutionContext, area: str, announce_failures: int
+) -> None:
     """In the run's own log (the UI), not only the process log: jobs committed but not announced."""
     if announce_failures:
         context.log.warning(
-            f"{area}: could not announce {announce_failures} new job(s) (the dispatcher failed; see "
-            "announce_failures). They are committed as PENDING; the next ghost-job recovery re-enqueues them."
+            f"{area}: could not announce {announce_failures} new job(s) (the dispatcher failed; "
+            "see "
+            "announce_failures). They are committed as PENDING; the next ghost-job recovery "
+            "re-enqueues them."
         )
 
 
@@ -101,10 +119,13 @@ def san_database_check_op(config_class: type[Config], name: str):
 
     @op(
         name=name,
-        description="Validate the run config, connect to the SAN database and check its tables and columns.",
+        description="Validate the run config, connect to the SAN database and check its tables and "
+        "columns.",
     )
     def check_san_database(
-        context: OpExecutionContext, config: config_class, san_database: SanDatabase,
+        context: OpExecutionContext,
+        config: config_class,
+        san_database: SanDatabase,
         job_dispatcher: JobDispatcherResource,
     ) -> config_class:
         engine = san_database.open_verified(config.write_limits)
@@ -115,14 +136,22 @@ def san_database_check_op(config_class: type[Config], name: str):
     return check_san_database
 
 
-def committed_by_failed_attempts(context: OpExecutionContext, asset: str, marker: str) -> list[dict]:
+def committed_by_failed_attempts(
+    context: OpExecutionContext, asset: str, marker: str
+) -> list[dict]:
     """The metadata of the observations of `asset` that earlier attempts of this step, in this
     run, logged (marked by `marker`) before they failed: what they had committed."""
-    records = context.instance.get_records_for_run(context.run_id, of_type=DagsterEventType.ASSET_OBSERVATION).records
+    records = context.instance.get_records_for_run(
+        context.run_id, of_type=DagsterEventType.ASSET_OBSERVATION
+    ).records
     committed = []
     for record in records:
         observation = record.event_log_entry.asset_observation
-        if (observation is not None and observation.asset_key == AssetKey(asset)
-                and record.event_log_entry.step_key == str(context.op_handle) and marker in observation.metadata):
+        if (
+            observation is not None
+            and observation.asset_key == AssetKey(asset)
+            and record.event_log_entry.step_key == str(context.op_handle)
+            and marker in observation.metadata
+        ):
             committed.append({key: value.value for key, value in observation.metadata.items()})
     return committed

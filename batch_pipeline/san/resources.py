@@ -1,8 +1,6 @@
 """Dagster resources: the SAN database (SAN_DATABASE_URL) and the job dispatcher
 (SAN_JOB_DISPATCHER). Thin wrappers over san.database and san.dispatch."""
 
-from typing import Optional
-
 from dagster import ConfigurableResource, Failure, InitResourceContext
 from pydantic import Field, PrivateAttr
 from sqlalchemy.engine import Engine
@@ -16,7 +14,12 @@ from batch_pipeline.san.database import (
     read_transaction,
 )
 from batch_pipeline.san.dispatch import (
-    DEFAULT_REDIS_URL, PG_NOTIFY_CHANNEL, REDIS_STREAM, Dispatcher, DispatcherConfigError, build_dispatcher,
+    DEFAULT_REDIS_URL,
+    PG_NOTIFY_CHANNEL,
+    REDIS_STREAM,
+    Dispatcher,
+    DispatcherConfigError,
+    build_dispatcher,
 )
 from batch_pipeline.san.schema import SanSchemaError, verify_schema
 
@@ -25,14 +28,15 @@ class SanDatabase(ConfigurableResource):
     """The SAN application's database. Unset URL: the embedded SQLite file in ./data, which
     `make run` (the sandbox) creates and seeds with a demo state."""
 
-    url: Optional[str] = Field(
+    url: str | None = Field(
         default=None,
         description="SQLAlchemy URL of the SAN database (SAN_DATABASE_URL), e.g. "
-        "postgresql+psycopg://user:password@host:5432/san. Unset: the embedded SQLite demo in ./data "
+        "postgresql+psycopg://user:password@host:5432/san. Unset: the embedded SQLite demo in "
+        "./data "
         "(made by `make run`).",
     )
 
-    _engine: Optional[Engine] = PrivateAttr(default=None)
+    _engine: Engine | None = PrivateAttr(default=None)
 
     @property
     def is_embedded(self) -> bool:
@@ -69,26 +73,35 @@ class SanDatabase(ConfigurableResource):
 class JobDispatcherResource(ConfigurableResource):
     """How new jobs are announced to SAN's workers (SAN_JOB_DISPATCHER)."""
 
-    kind: Optional[str] = Field(
+    kind: str | None = Field(
         default=None,
-        description="pg_notify | redis_stream | none. Unset: pg_notify on PostgreSQL, none on SQLite.",
+        description="pg_notify | redis_stream | none. Unset: pg_notify on PostgreSQL, none on "
+        "SQLite.",
     )
     # Unset (None) rather than a default value: the Launchpad pre-fills every default, and a
     # Redis URL on a deployment that has no Redis reads as a setting to fill in.
-    redis_url: Optional[str] = Field(
-        default=None, description=f"Redis for redis_stream (SAN_REDIS_URL). Unset: {DEFAULT_REDIS_URL}."
-    )
-    redis_stream: Optional[str] = Field(
-        default=None, description=f"The stream SAN's workers read (SAN_REDIS_STREAM). Unset: {REDIS_STREAM}."
-    )
-    notify_channel: Optional[str] = Field(
+    redis_url: str | None = Field(
         default=None,
-        description=f"The pg_notify channel SAN's workers LISTEN on (SAN_NOTIFY_CHANNEL). Unset: {PG_NOTIFY_CHANNEL}.",
+        description=f"Redis for redis_stream (SAN_REDIS_URL). Unset: {DEFAULT_REDIS_URL}.",
+    )
+    redis_stream: str | None = Field(
+        default=None,
+        description=f"The stream SAN's workers read (SAN_REDIS_STREAM). Unset: {REDIS_STREAM}.",
+    )
+    notify_channel: str | None = Field(
+        default=None,
+        description="The pg_notify channel SAN's workers LISTEN on (SAN_NOTIFY_CHANNEL). Unset: "
+        f"{PG_NOTIFY_CHANNEL}.",
     )
 
     def for_database(self, engine: Engine) -> Dispatcher:
         try:
-            return build_dispatcher(self.kind, engine.dialect.name, self.redis_url or DEFAULT_REDIS_URL,
-                                    self.redis_stream or REDIS_STREAM, self.notify_channel or PG_NOTIFY_CHANNEL)
+            return build_dispatcher(
+                self.kind,
+                engine.dialect.name,
+                self.redis_url or DEFAULT_REDIS_URL,
+                self.redis_stream or REDIS_STREAM,
+                self.notify_channel or PG_NOTIFY_CHANNEL,
+            )
         except DispatcherConfigError as error:
             raise Failure(description=str(error), allow_retries=False) from error

@@ -159,9 +159,11 @@ RECOMMENDED_INDEXES = (
     RecommendedIndex(
         name="ix_san_jobs_unknown_status",
         table="jobs",
-        why="the unknown_job_statuses check, run in every recovery run, reads only jobs whose status "
+        why="the unknown_job_statuses check, run in every recovery run, reads only jobs whose "
+        "status "
         "batch_pipeline does not know (usually none) instead of every job",
-        postgresql="jobs (status) WHERE status NOT IN ('PENDING', 'PROCESSING', 'COMPLETED', 'FAILED')",
+        postgresql="jobs (status) WHERE status NOT IN ('PENDING', 'PROCESSING', 'COMPLETED', "
+        "'FAILED')",
         sqlite="jobs (status) WHERE status NOT IN ('PENDING', 'PROCESSING', 'COMPLETED', 'FAILED')",
     ),
     RecommendedIndex(
@@ -201,8 +203,11 @@ def app_guarantee_index(conn: Connection) -> str | None:
     it (partial on the active statuses, or over every row), or None."""
     from batch_pipeline.san.dialects import dialect  # the dialect modules import this one
 
-    names = [ix["name"] for ix in inspect(conn).get_indexes("jobs")
-             if ix.get("unique") and set(ix["column_names"]) == {"job_type", "target_id"}]
+    names = [
+        ix["name"]
+        for ix in inspect(conn).get_indexes("jobs")
+        if ix.get("unique") and set(ix["column_names"]) == {"job_type", "target_id"}
+    ]
     invalid = set(dialect(conn).invalid_indexes(conn, names)) if names else set()
     return next((name for name in names if name not in invalid), None)
 
@@ -210,8 +215,13 @@ def app_guarantee_index(conn: Connection) -> str | None:
 def targets_with_two_active_jobs(conn: Connection) -> int:
     """(job_type, target_id) pairs with more than one active job now: the unique index cannot
     be built until they are closed. Reads active jobs only (ix_san_jobs_active_created)."""
-    doubled = (select(jobs.c.job_type, jobs.c.target_id).where(jobs.c.status.in_(ACTIVE_STATUSES))
-               .group_by(jobs.c.job_type, jobs.c.target_id).having(func.count() > 1).subquery())
+    doubled = (
+        select(jobs.c.job_type, jobs.c.target_id)
+        .where(jobs.c.status.in_(ACTIVE_STATUSES))
+        .group_by(jobs.c.job_type, jobs.c.target_id)
+        .having(func.count() > 1)
+        .subquery()
+    )
     return conn.execute(select(func.count()).select_from(doubled)).scalar_one()
 
 
@@ -229,11 +239,15 @@ def recommended_index_statements(dialect_name: str, indexes=RECOMMENDED_INDEXES)
     On PostgreSQL the statements are CONCURRENTLY, so they do not block the app's writes; they
     must run outside a transaction (autocommit).
     """
+
     def create(index: RecommendedIndex) -> str:
         return f"CREATE {'UNIQUE ' if index.unique else ''}INDEX"
 
     if dialect_name == "postgresql":
-        return [f"{create(index)} CONCURRENTLY IF NOT EXISTS {index.name} ON {index.postgresql}" for index in indexes]
+        return [
+            f"{create(index)} CONCURRENTLY IF NOT EXISTS {index.name} ON {index.postgresql}"
+            for index in indexes
+        ]
     return [f"{create(index)} IF NOT EXISTS {index.name} ON {index.sqlite}" for index in indexes]
 
 
@@ -245,7 +259,9 @@ def superseded_index_statements(dialect_name: str, names) -> list[str]:
 def index_statements(dialect_name: str) -> list[str]:
     """What `create-indexes` runs: the recommended indexes, then the drop of the superseded ones
     (their replacements exist by then)."""
-    return recommended_index_statements(dialect_name) + superseded_index_statements(dialect_name, SUPERSEDED_INDEXES)
+    return recommended_index_statements(dialect_name) + superseded_index_statements(
+        dialect_name, SUPERSEDED_INDEXES
+    )
 
 
 @dataclass(frozen=True)
@@ -255,7 +271,8 @@ class IndexAdvice:
     superseded ones present, each with the statements that fix them."""
 
     missing: list[RecommendedIndex]
-    invalid: list[str]  # of `missing`, those in the catalog but INVALID (rebuilt: dropped, then created)
+    # of `missing`, those in the catalog but INVALID (rebuilt: dropped, then created)
+    invalid: list[str]
     create_with: list[str]
     superseded: list[str]
     drop_with: list[str]
@@ -267,9 +284,17 @@ def index_advice(conn: Connection) -> IndexAdvice:
     from batch_pipeline.san.dialects import dialect  # the dialect modules import this one
 
     inspector = inspect(conn)
-    present = {ix["name"] for table in {index.table for index in RECOMMENDED_INDEXES} for ix in inspector.get_indexes(table)}
-    invalid = dialect(conn).invalid_indexes(conn, [index.name for index in RECOMMENDED_INDEXES if index.name in present])
-    missing = [index for index in RECOMMENDED_INDEXES if index.name not in present or index.name in invalid]
+    present = {
+        ix["name"]
+        for table in {index.table for index in RECOMMENDED_INDEXES}
+        for ix in inspector.get_indexes(table)
+    }
+    invalid = dialect(conn).invalid_indexes(
+        conn, [index.name for index in RECOMMENDED_INDEXES if index.name in present]
+    )
+    missing = [
+        index for index in RECOMMENDED_INDEXES if index.name not in present or index.name in invalid
+    ]
     superseded = [name for name in SUPERSEDED_INDEXES if name in present]
     return IndexAdvice(
         missing=missing,
@@ -297,7 +322,10 @@ def create_recommended_indexes(engine: Engine) -> IndexChanges:
     ones; safe to run again. On PostgreSQL CONCURRENTLY (the app's writes go on), outside a
     transaction, with statement_timeout off for this session: a role's timeout would cancel the
     build of a big index half-way and leave it INVALID."""
-    from batch_pipeline.san.database import read_transaction  # it imports the dialects, which import this
+    # it imports the dialects, which import this
+    from batch_pipeline.san.database import (
+        read_transaction,
+    )
 
     with read_transaction(engine) as conn:  # the catalog reads, with the pipeline's bounded waits
         advice = index_advice(conn)
@@ -327,12 +355,17 @@ def create_schema(engine: Engine, add_missing_tables: bool = False) -> list[str]
     schema is a wrong URL or a broken SAN database, and an empty `jobs` created beside real
     scraps would only hide that. `add_missing_tables` creates the missing ones anyway."""
     with engine.connect() as conn:
-        present = [table.name for table in metadata.sorted_tables if inspect(conn).has_table(table.name)]
+        present = [
+            table.name for table in metadata.sorted_tables if inspect(conn).has_table(table.name)
+        ]
     if present and not add_missing_tables:
         raise SanSchemaError(
-            f"refusing to create the SAN tables: this database already holds {', '.join(present)}. create-schema is "
-            "for an empty database; check SAN_DATABASE_URL (a real SAN database needs no create-schema), or pass "
-            "--add-missing-tables to create only the missing ones")
+            f"refusing to create the SAN tables: this database already holds {', '.join(present)}. "
+            "create-schema is "
+            "for an empty database; check SAN_DATABASE_URL (a real SAN database needs no "
+            "create-schema), or pass "
+            "--add-missing-tables to create only the missing ones"
+        )
     missing = [table for table in metadata.sorted_tables if table.name not in present]
     metadata.create_all(engine, tables=missing)
     return [table.name for table in missing]
@@ -348,11 +381,16 @@ class SanSchemaError(RuntimeError):
 def is_naive_timestamp(declared: Column, found) -> bool:
     """A column batch_pipeline reads as an instant (TIMESTAMPTZ) that the database holds as a
     wall-clock time (TIMESTAMP WITHOUT TIME ZONE)."""
-    return isinstance(declared.type, DateTime) and declared.type.timezone and getattr(found, "timezone", True) is False
+    return (
+        isinstance(declared.type, DateTime)
+        and declared.type.timezone
+        and getattr(found, "timezone", True) is False
+    )
 
 
 def verify_schema(conn: Connection) -> None:
-    """Check that every table and column batch_pipeline uses exists; raise naming what is missing."""
+    """Check that every table and column batch_pipeline uses exists; raise naming what is
+    missing."""
     try:
         inspector = inspect(conn)
         existing_tables = set(inspector.get_table_names())
@@ -365,11 +403,16 @@ def verify_schema(conn: Connection) -> None:
             for column in table.columns:
                 if column.name not in present:
                     problems.append(f"column '{table.name}.{column.name}' is missing")
-                elif conn.dialect.name == "postgresql" and is_naive_timestamp(column, present[column.name]["type"]):
+                elif conn.dialect.name == "postgresql" and is_naive_timestamp(
+                    column, present[column.name]["type"]
+                ):
                     problems.append(
-                        f"column '{table.name}.{column.name}' is TIMESTAMP WITHOUT TIME ZONE; batch_pipeline "
-                        "needs TIMESTAMPTZ (a naive timestamp is read in the session's zone, and every age would "
-                        "be off by its offset)")
+                        f"column '{table.name}.{column.name}' is TIMESTAMP WITHOUT TIME ZONE; "
+                        "batch_pipeline "
+                        "needs TIMESTAMPTZ (a naive timestamp is read in the session's zone, and "
+                        "every age would "
+                        "be off by its offset)"
+                    )
     except SQLAlchemyError as error:
         raise SanSchemaError(f"could not inspect the SAN database schema: {error}") from error
     if problems:
@@ -377,6 +420,7 @@ def verify_schema(conn: Connection) -> None:
             "the SAN database is not usable by batch_pipeline: "
             + "; ".join(problems)
             + ". batch_pipeline never alters app-owned tables: point SAN_DATABASE_URL at the SAN "
-            "database (for the embedded demo database, `make run` or `python -m batch_pipeline.sandbox "
+            "database (for the embedded demo database, `make run` or `python -m "
+            "batch_pipeline.sandbox "
             "seed-demo` creates it)."
         )

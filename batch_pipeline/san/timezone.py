@@ -17,6 +17,7 @@ def san_timezone_name() -> str:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as error:
         raise TimezoneConfigError(
-            f"SAN_TIMEZONE={name!r} is not a known IANA time zone (e.g. Asia/Seoul, America/New_York)"
+            f"SAN_TIMEZONE={name!r} is not a known IANA time zone (e.g. Asia/Seoul, "
+            "America/New_York)"
         ) from error
     return name

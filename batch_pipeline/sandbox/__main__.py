@@ -11,8 +11,8 @@
   ui         `make run`: the Dagster UI, on a living sandbox unless SAN_DATABASE_URL is set
              (`ui --still`: the embedded default without the living sandbox)
 
-Every command but `init`, `seed-demo`, `converge`, `time-to-heal` and `ui` needs a sandbox database (made by init, or the
-embedded default); the sandbox refuses a real SAN database.
+Every command but `init`, `seed-demo`, `converge`, `time-to-heal` and `ui` needs a sandbox database
+(made by init, or the embedded default); the sandbox refuses a real SAN database.
 """
 
 import argparse
@@ -26,11 +26,15 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from batch_pipeline.san.database import (
+    SanConnectionError,
+    create_san_engine,
+    default_data_dir,
+    embedded_database_url,
+    redacted,
+)
 from batch_pipeline.sandbox.app_schema import NotASandbox
 from batch_pipeline.sandbox.faults import Faults
-from batch_pipeline.san.database import (
-    SanConnectionError, create_san_engine, default_data_dir, embedded_database_url, redacted,
-)
 
 FAULT_FLAGS = {
     "event_lost": "--event-lost",
@@ -45,27 +49,45 @@ FAULT_FLAGS = {
 def add_fault_flags(parser: argparse.ArgumentParser, default: Faults) -> None:
     group = parser.add_argument_group("faults (probabilities, 0..1)")
     for field, flag in FAULT_FLAGS.items():
-        group.add_argument(flag, dest=field, type=float, default=getattr(default, field),
-                           help=f"{Faults.model_fields[field].description} (default {getattr(default, field)})")
+        group.add_argument(
+            flag,
+            dest=field,
+            type=float,
+            default=getattr(default, field),
+            help=f"{Faults.model_fields[field].description} (default {getattr(default, field)})",
+        )
     group.add_argument("--seed", type=int, default=0, help="same seed, same faults")
 
 
 def faults_from(args) -> Faults:
-    return Faults(seed=args.seed, reannouncement_lost=getattr(args, "reannouncement_lost", None),
-                  **{field: getattr(args, field) for field in FAULT_FLAGS})
+    return Faults(
+        seed=args.seed,
+        reannouncement_lost=getattr(args, "reannouncement_lost", None),
+        **{field: getattr(args, field) for field in FAULT_FLAGS},
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     from batch_pipeline.sandbox.live import LIVE_FAULTS
 
-    parser = argparse.ArgumentParser(prog="python -m batch_pipeline.sandbox", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m batch_pipeline.sandbox",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    url_help = "SQLAlchemy URL of the sandbox database (default: SAN_DATABASE_URL, else the embedded SQLite file)"
+    url_help = (
+        "SQLAlchemy URL of the sandbox database (default: SAN_DATABASE_URL, else the embedded "
+        "SQLite file)"
+    )
 
     def with_url(name, help):
         sub = commands.add_parser(name, help=help)
-        sub.add_argument("--database-url", default=os.environ.get("SAN_DATABASE_URL") or embedded_database_url(), help=url_help)
+        sub.add_argument(
+            "--database-url",
+            default=os.environ.get("SAN_DATABASE_URL") or embedded_database_url(),
+            help=url_help,
+        )
         return sub
 
     with_url("init", "make an empty database a sandbox")
@@ -77,44 +99,77 @@ def build_parser() -> argparse.ArgumentParser:
     add_fault_flags(load, Faults())
     work = with_url("work", "run reference workers")
     work.add_argument("--workers", type=int, default=2)
-    work.add_argument("--idle-seconds", type=float, default=2.0, help="stop when nothing is heard for this long")
+    work.add_argument(
+        "--idle-seconds", type=float, default=2.0, help="stop when nothing is heard for this long"
+    )
     work.add_argument("--dispatcher", default=os.environ.get("SAN_JOB_DISPATCHER"))
-    work.add_argument("--backlog", action="store_true",
-                      help="also take the PENDING jobs that exist already (else only jobs announced from now on)")
+    work.add_argument(
+        "--backlog",
+        action="store_true",
+        help="also take the PENDING jobs that exist already (else only jobs announced from now on)",
+    )
     add_fault_flags(work, Faults())
     age = with_url("age", "shift every timestamp back")
     age.add_argument("--hours", type=float, required=True)
     converge = commands.add_parser("converge", help="the convergence experiment (PostgreSQL)")
-    converge.add_argument("--server-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
-                          help="a PostgreSQL server; the experiment creates and drops a database of its own there")
+    converge.add_argument(
+        "--server-url",
+        default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
+        help="a PostgreSQL server; the experiment creates and drops a database of its own there",
+    )
     converge.add_argument("--scraps", type=int, default=2_000)
     converge.add_argument("--users", type=int, default=200)
     converge.add_argument("--workers", type=int, default=4)
     converge.add_argument("--max-attempts", type=int, default=20)
-    converge.add_argument("--dispatcher", default="pg_notify", choices=["pg_notify", "redis_stream"])
+    converge.add_argument(
+        "--dispatcher", default="pg_notify", choices=["pg_notify", "redis_stream"]
+    )
     add_fault_flags(converge, Faults.convergence_rates())
-    heal = commands.add_parser("time-to-heal", help="time to heal under the real daemon (PostgreSQL)")
-    heal.add_argument("--server-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
-                      help="a PostgreSQL server; the experiment creates and drops a database of its own there")
-    heal.add_argument("--save-minutes", type=float, default=10.0, help="how long the app keeps saving scraps")
-    heal.add_argument("--deadline-minutes", type=float, default=12.0, help="then at most this long for the heals")
+    heal = commands.add_parser(
+        "time-to-heal", help="time to heal under the real daemon (PostgreSQL)"
+    )
+    heal.add_argument(
+        "--server-url",
+        default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
+        help="a PostgreSQL server; the experiment creates and drops a database of its own there",
+    )
+    heal.add_argument(
+        "--save-minutes", type=float, default=10.0, help="how long the app keeps saving scraps"
+    )
+    heal.add_argument(
+        "--deadline-minutes", type=float, default=12.0, help="then at most this long for the heals"
+    )
     heal.add_argument("--scraps-per-minute", type=float, default=20.0)
-    heal.add_argument("--grace-minutes", type=int, default=2, help="the lane's orphan_min_age_minutes")
+    heal.add_argument(
+        "--grace-minutes", type=int, default=2, help="the lane's orphan_min_age_minutes"
+    )
     from batch_pipeline.sandbox.time_to_heal import TIME_TO_HEAL_FAULTS
 
     add_fault_flags(heal, TIME_TO_HEAL_FAULTS)
-    heal.add_argument("--reannouncement-lost", type=float, default=TIME_TO_HEAL_FAULTS.reannouncement_lost,
-                      help="probability that a re-announcement is lost (default 0: the fast lane's NOTIFY commits with "
-                      "its transaction, only the app's own announcement is ever lost; 0.3: each drawn afresh)")
+    heal.add_argument(
+        "--reannouncement-lost",
+        type=float,
+        default=TIME_TO_HEAL_FAULTS.reannouncement_lost,
+        help="probability that a re-announcement is lost (default 0: the fast lane's NOTIFY "
+        "commits with "
+        "its transaction, only the app's own announcement is ever lost; 0.3: each drawn afresh)",
+    )
     live = with_url("live", "a living SAN, until Ctrl-C")
     live.add_argument("--tick-seconds", type=float, default=2.0)
     live.add_argument("--scraps-per-tick", type=int, default=2)
     live.add_argument("--san-minutes-per-tick", type=float, default=5.0)
     add_fault_flags(live, LIVE_FAULTS)
-    ui = commands.add_parser("ui", help="dagster dev, on a living sandbox unless SAN_DATABASE_URL is set")
-    ui.add_argument("--still", action="store_true", help="the embedded default without the living sandbox")
-    ui.add_argument("dagster_args", nargs=argparse.REMAINDER,
-                    help="after --: arguments for `dagster dev` (default: --host 127.0.0.1 --port 3000)")
+    ui = commands.add_parser(
+        "ui", help="dagster dev, on a living sandbox unless SAN_DATABASE_URL is set"
+    )
+    ui.add_argument(
+        "--still", action="store_true", help="the embedded default without the living sandbox"
+    )
+    ui.add_argument(
+        "dagster_args",
+        nargs=argparse.REMAINDER,
+        help="after --: arguments for `dagster dev` (default: --host 127.0.0.1 --port 3000)",
+    )
     return parser
 
 
@@ -133,9 +188,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_command(args, faults: Faults | None) -> int:
+    from batch_pipeline.san.dispatch import build_dispatcher
     from batch_pipeline.sandbox.app import save_scraps
     from batch_pipeline.sandbox.app_schema import init_sandbox, require_sandbox
-    from batch_pipeline.san.dispatch import build_dispatcher
 
     if args.command == "converge":
         return converge(args, faults)
@@ -145,7 +200,9 @@ def run_command(args, faults: Faults | None) -> int:
         return run_ui([a for a in args.dagster_args if a != "--"], live=not args.still)
     engine = create_san_engine(args.database_url)
     where = redacted(engine.url)
-    if args.command == "seed-demo" or (args.command == "live" and args.database_url == embedded_database_url()):
+    if args.command == "seed-demo" or (
+        args.command == "live" and args.database_url == embedded_database_url()
+    ):
         from batch_pipeline.sandbox.demo import seed_demo_state
 
         made = seed_demo_state(engine)  # the embedded default: created and seeded on first use
@@ -157,9 +214,16 @@ def run_command(args, faults: Faults | None) -> int:
         return 0
     require_sandbox(engine)
     if args.command == "load":
-        dispatcher = build_dispatcher(args.dispatcher, engine.dialect.name, os.environ.get("SAN_REDIS_URL", "redis://127.0.0.1:6379/0"))
+        dispatcher = build_dispatcher(
+            args.dispatcher,
+            engine.dialect.name,
+            os.environ.get("SAN_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        )
         report = save_scraps(engine, dispatcher, count=args.scraps, users=args.users, faults=faults)
-        print(f"{where}: saved {report.scraps} scraps ({report.app_deaths} without jobs, {report.poison} poison)")
+        print(
+            f"{where}: saved {report.scraps} scraps ({report.app_deaths} without jobs, "
+            f"{report.poison} poison)"
+        )
     elif args.command == "work":
         from batch_pipeline.sandbox.pool import WorkerPool, WorkerSettings
 
@@ -177,9 +241,16 @@ def run_command(args, faults: Faults | None) -> int:
         from batch_pipeline.sandbox.live import LiveSettings, run_live
 
         print(f"sandbox: a living SAN at {where} (Ctrl-C stops it)", flush=True)
-        run_live(engine, LiveSettings(tick_s=args.tick_seconds, scraps_per_tick=args.scraps_per_tick,
-                                      san_minutes_per_tick=args.san_minutes_per_tick, faults=faults),
-                 report=lambda line: print(line, flush=True))
+        run_live(
+            engine,
+            LiveSettings(
+                tick_s=args.tick_seconds,
+                scraps_per_tick=args.scraps_per_tick,
+                san_minutes_per_tick=args.san_minutes_per_tick,
+                faults=faults,
+            ),
+            report=lambda line: print(line, flush=True),
+        )
     return 0
 
 
@@ -188,33 +259,55 @@ def converge(args, faults: Faults) -> int:
     from batch_pipeline.sandbox.scratch import scratch_database
 
     with scratch_database(args.server_url) as url:
-        result = run_convergence(url, scraps_to_save=args.scraps, users=args.users, workers=args.workers,
-                                 faults=faults, max_attempts=args.max_attempts, dispatcher=args.dispatcher,
-                                 report=lambda line: print(line, flush=True))
+        result = run_convergence(
+            url,
+            scraps_to_save=args.scraps,
+            users=args.users,
+            workers=args.workers,
+            faults=faults,
+            max_attempts=args.max_attempts,
+            dispatcher=args.dispatcher,
+            report=lambda line: print(line, flush=True),
+        )
     print()
     print(result.table())
     til = result.til
-    print(f"\nconverged={result.converged} cycles={len(result.cycles)} "
-          f"healthy_done={result.healthy_scraps_done}/{result.healthy_scraps} max_cards_per_scrap={result.cards_per_scrap_max} "
-          f"poison={len(result.poison_scrap_ids)} poison_jobs_max={max(result.poison_jobs.values(), default=0)} "
-          f"duplicates={max(c.duplicates for c in result.cycles)} "
-          f"audit_mismatches={sum(len(c.audit_mismatches) for c in result.cycles)} "
-          f"til_users={len(til.active_users)} til_summaries={til.summaries_created} til_written={til.written} til_jobs_completed={til.jobs_completed} "
-          f"til_ai_failures={til.ai_failures} til_recovered={til.recovered} "
-          f"seconds={result.seconds:.0f}")
+    print(
+        f"\nconverged={result.converged} cycles={len(result.cycles)} "
+        f"healthy_done={result.healthy_scraps_done}/{result.healthy_scraps} "
+        f"max_cards_per_scrap={result.cards_per_scrap_max} "
+        f"poison={len(result.poison_scrap_ids)} "
+        f"poison_jobs_max={max(result.poison_jobs.values(), default=0)} "
+        f"duplicates={max(c.duplicates for c in result.cycles)} "
+        f"audit_mismatches={sum(len(c.audit_mismatches) for c in result.cycles)} "
+        f"til_users={len(til.active_users)} til_summaries={til.summaries_created} "
+        f"til_written={til.written} til_jobs_completed={til.jobs_completed} "
+        f"til_ai_failures={til.ai_failures} til_recovered={til.recovered} "
+        f"seconds={result.seconds:.0f}"
+    )
     return 0 if result.converged else 1
 
 
 def time_to_heal(args, faults: Faults) -> int:
     from batch_pipeline.sandbox.app_schema import init_sandbox
     from batch_pipeline.sandbox.scratch import scratch_database
-    from batch_pipeline.sandbox.time_to_heal import TIME_TO_HEAL_FAULTS, ExperimentSettings, run_experiment
+    from batch_pipeline.sandbox.time_to_heal import (
+        TIME_TO_HEAL_FAULTS,
+        ExperimentSettings,
+        run_experiment,
+    )
 
-    faults = faults.model_copy(update={"first_attempts_only": TIME_TO_HEAL_FAULTS.first_attempts_only})
+    faults = faults.model_copy(
+        update={"first_attempts_only": TIME_TO_HEAL_FAULTS.first_attempts_only}
+    )
 
-    settings = ExperimentSettings(save_minutes=args.save_minutes, heal_deadline_minutes=args.deadline_minutes,
-                                  scraps_per_minute=args.scraps_per_minute, grace_minutes=args.grace_minutes,
-                                  faults=faults)
+    settings = ExperimentSettings(
+        save_minutes=args.save_minutes,
+        heal_deadline_minutes=args.deadline_minutes,
+        scraps_per_minute=args.scraps_per_minute,
+        grace_minutes=args.grace_minutes,
+        faults=faults,
+    )
     with scratch_database(args.server_url) as url:
         engine = create_san_engine(url)
         init_sandbox(engine)
@@ -222,7 +315,13 @@ def time_to_heal(args, faults: Faults) -> int:
         engine.dispose()
     print()
     print(figures.report())
-    return 0 if figures.unhealed.empty and figures.max_active_per_target <= 1 and all(figures.targets().values()) else 1
+    return (
+        0
+        if figures.unhealed.empty
+        and figures.max_active_per_target <= 1
+        and all(figures.targets().values())
+        else 1
+    )
 
 
 class Supervised:
@@ -230,8 +329,15 @@ class Supervised:
     `max_restarts` times, then say that it stays down), so the UI never serves a dead sandbox
     in silence."""
 
-    def __init__(self, command: list[str], max_restarts: int = 3, poll_s: float = 1.0, report=print):
-        self.command, self.max_restarts, self.poll_s, self.report = command, max_restarts, poll_s, report
+    def __init__(
+        self, command: list[str], max_restarts: int = 3, poll_s: float = 1.0, report=print
+    ):
+        self.command, self.max_restarts, self.poll_s, self.report = (
+            command,
+            max_restarts,
+            poll_s,
+            report,
+        )
         self.restarts = 0
         self.process = subprocess.Popen(command)
         self._stop = threading.Event()
@@ -244,11 +350,17 @@ class Supervised:
             if code is None:
                 continue
             if self.restarts >= self.max_restarts:
-                self.report(f"sandbox: the living sandbox died again (exit {code}) after {self.restarts} restarts; "
-                            "it stays down (its error is above). The UI still works on the database.")
+                self.report(
+                    f"sandbox: the living sandbox died again (exit {code}) after {self.restarts} "
+                    "restarts; "
+                    "it stays down (its error is above). The UI still works on the database."
+                )
                 return
             self.restarts += 1
-            self.report(f"sandbox: the living sandbox died (exit {code}); restarting it ({self.restarts}/{self.max_restarts})")
+            self.report(
+                f"sandbox: the living sandbox died (exit {code}); restarting it "
+                f"({self.restarts}/{self.max_restarts})"
+            )
             self.process = subprocess.Popen(self.command)
 
     def stop(self) -> None:
@@ -271,9 +383,15 @@ def dagster_dev(command: list[str]) -> tuple[list[str], str | None, dict]:
     paths. Its "Use 'dg dev' instead" is silenced too: `dg dev` runs the same `dagster dev`
     (and works here, [tool.dg]), but this command supervises the sandbox beside it."""
     env = {**os.environ}
-    env["PYTHONWARNINGS"] = ",".join(filter(None, [env.get("PYTHONWARNINGS"), "ignore:Function `dev_command` is superseded"]))
+    env["PYTHONWARNINGS"] = ",".join(
+        filter(None, [env.get("PYTHONWARNINGS"), "ignore:Function `dev_command` is superseded"])
+    )
     home, here = os.environ.get("DAGSTER_HOME"), Path.cwd()
-    if not home or not (here / "dagster.yaml").exists() or not (Path(home) / "dagster.yaml").exists():
+    if (
+        not home
+        or not (here / "dagster.yaml").exists()
+        or not (Path(home) / "dagster.yaml").exists()
+    ):
         return command, None, env
     if not os.path.samefile(here / "dagster.yaml", Path(home) / "dagster.yaml"):
         return command, None, env  # a different instance config: the warning is true, let it speak
@@ -295,8 +413,11 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
         try:
             seed_demo_state(engine)  # create and seed the embedded default first
         except NotASandbox as error:
-            print(f"error: {error}. The embedded default was made by an older batch_pipeline: delete "
-                  f"{default_data_dir()} to start over", file=sys.stderr)
+            print(
+                f"error: {error}. The embedded default was made by an older batch_pipeline: delete "
+                f"{default_data_dir()} to start over",
+                file=sys.stderr,
+            )
             return 2
         finally:
             engine.dispose()
@@ -310,7 +431,9 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
     if sandbox is not None and not env.get("SAN_RECOVERY_CRON"):
         from batch_pipeline.sandbox.live import LIVE_RECOVERY_CRON
 
-        env["SAN_RECOVERY_CRON"] = LIVE_RECOVERY_CRON  # recovery keeps up with the sandbox's fast clock
+        env["SAN_RECOVERY_CRON"] = (
+            LIVE_RECOVERY_CRON  # recovery keeps up with the sandbox's fast clock
+        )
     ui = subprocess.Popen(command, start_new_session=True, cwd=cwd, env=env)
 
     def stop_on(signum, _frame):

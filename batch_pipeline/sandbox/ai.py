@@ -31,7 +31,9 @@ def _refuse_poison(text: str) -> None:
 def refine(original: str) -> str:
     """SCRAP_REFINE: clean the text (collapse whitespace, one sentence per line)."""
     _refuse_poison(original)
-    return "\n".join(part.strip() + "." for part in " ".join(original.split()).split(".") if part.strip())
+    return "\n".join(
+        part.strip() + "." for part in " ".join(original.split()).split(".") if part.strip()
+    )
 
 
 def analyse(text: str) -> Card:

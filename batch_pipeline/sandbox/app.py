@@ -12,17 +12,29 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Engine
 
-from batch_pipeline.sandbox.ai import POISON_MARKER
-from batch_pipeline.sandbox.app_schema import SANDBOX_NICKNAME, app_scraps, app_users, require_sandbox
-from batch_pipeline.sandbox.faults import Faults
 from batch_pipeline.san.database import utc_now
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.schema import CARD_ANALYSIS, PENDING, SCRAP_REFINE, jobs
+from batch_pipeline.sandbox.ai import POISON_MARKER
+from batch_pipeline.sandbox.app_schema import (
+    SANDBOX_NICKNAME,
+    app_scraps,
+    app_users,
+    require_sandbox,
+)
+from batch_pipeline.sandbox.faults import Faults
 
 TOPICS = [
-    "PostgreSQL partial indexes and HOT updates", "Dagster schedules and partitions",
-    "idempotent workers", "exponential backoff", "the CAP theorem", "vector embeddings",
-    "Korean grammar particles", "spaced repetition", "the Rust borrow checker", "B-tree page splits",
+    "PostgreSQL partial indexes and HOT updates",
+    "Dagster schedules and partitions",
+    "idempotent workers",
+    "exponential backoff",
+    "the CAP theorem",
+    "vector embeddings",
+    "Korean grammar particles",
+    "spaced repetition",
+    "the Rust borrow checker",
+    "B-tree page splits",
 ]
 
 
@@ -41,19 +53,34 @@ def ensure_users(engine: Engine, count: int) -> list[int]:
     with engine.begin() as conn:
         have = conn.execute(select(func.count()).select_from(app_users)).scalar_one()
         if have < count:
-            conn.execute(insert(app_users), [{"nickname": f"{SANDBOX_NICKNAME} {i}", "created_at": utc_now()}
-                                          for i in range(have, count)])
-        return list(conn.execute(select(app_users.c.id).order_by(app_users.c.id).limit(count)).scalars())
+            conn.execute(
+                insert(app_users),
+                [
+                    {"nickname": f"{SANDBOX_NICKNAME} {i}", "created_at": utc_now()}
+                    for i in range(have, count)
+                ],
+            )
+        return list(
+            conn.execute(select(app_users.c.id).order_by(app_users.c.id).limit(count)).scalars()
+        )
 
 
 def scrap_text(rng: random.Random, poison: bool) -> str:
     topic = rng.choice(TOPICS)
-    text = f"Notes on {topic}.  Read {rng.randint(1, 40)} minutes.   Key idea number {rng.randint(1, 9)} about {topic}."
+    minutes, idea = rng.randint(1, 40), rng.randint(1, 9)
+    text = f"Notes on {topic}.  Read {minutes} minutes.   Key idea number {idea} about {topic}."
     return f"{POISON_MARKER} {text}" if poison else text
 
 
-def save_scraps(engine: Engine, dispatcher: Dispatcher, *, count: int, users: int,
-                faults: Faults = Faults(), rng: random.Random | None = None) -> LoadReport:
+def save_scraps(
+    engine: Engine,
+    dispatcher: Dispatcher,
+    *,
+    count: int,
+    users: int,
+    faults: Faults = Faults(),
+    rng: random.Random | None = None,
+) -> LoadReport:
     """`count` users' scraps saved one by one, as the app does, with the app's faults."""
     rng = rng or random.Random(faults.seed)
     require_sandbox(engine)
@@ -65,10 +92,15 @@ def save_scraps(engine: Engine, dispatcher: Dispatcher, *, count: int, users: in
         now = utc_now()
         with engine.begin() as conn:  # (1) the scrap
             scrap_id = conn.execute(
-                insert(app_scraps).values(
-                    user_id=rng.choice(user_ids), source_url=f"https://example.org/{rng.randint(1, 10**9)}",
-                    original_content=scrap_text(rng, poison), created_at=now, updated_at=now,
-                ).returning(app_scraps.c.id)
+                insert(app_scraps)
+                .values(
+                    user_id=rng.choice(user_ids),
+                    source_url=f"https://example.org/{rng.randint(1, 10**9)}",
+                    original_content=scrap_text(rng, poison),
+                    created_at=now,
+                    updated_at=now,
+                )
+                .returning(app_scraps.c.id)
             ).scalar_one()
         report.scraps += 1
         if poison:
@@ -80,10 +112,21 @@ def save_scraps(engine: Engine, dispatcher: Dispatcher, *, count: int, users: in
             continue
         with engine.begin() as conn:  # (2) its jobs, (3) the event
             created = [
-                NewJob(job_id=conn.execute(
-                    insert(jobs).values(job_type=job_type, target_id=scrap_id, status=PENDING,
-                                        created_at=now, updated_at=now).returning(jobs.c.id)
-                ).scalar_one(), job_type=job_type, target_id=scrap_id)
+                NewJob(
+                    job_id=conn.execute(
+                        insert(jobs)
+                        .values(
+                            job_type=job_type,
+                            target_id=scrap_id,
+                            status=PENDING,
+                            created_at=now,
+                            updated_at=now,
+                        )
+                        .returning(jobs.c.id)
+                    ).scalar_one(),
+                    job_type=job_type,
+                    target_id=scrap_id,
+                )
                 for job_type in (SCRAP_REFINE, CARD_ANALYSIS)
             ]
             dispatcher.announce_in_transaction(conn, created)

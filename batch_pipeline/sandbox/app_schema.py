@@ -14,8 +14,23 @@ it must never touch a real SAN database. `init_sandbox` marks a database it may 
 from pathlib import Path
 
 from sqlalchemy import (
-    JSON, Column, Date, DateTime, ForeignKey, Integer, MetaData, REAL, String, Table, Text,
-    func, inspect, insert, or_, select, text,
+    JSON,
+    REAL,
+    Column,
+    Date,
+    DateTime,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    func,
+    insert,
+    inspect,
+    or_,
+    select,
+    text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection, Engine
@@ -33,13 +48,15 @@ NOW = text("CURRENT_TIMESTAMP")  # the app's DEFAULT now(), on both databases
 app_metadata = MetaData()
 
 app_users = Table(
-    "users", app_metadata,
+    "users",
+    app_metadata,
     Column("id", Id, primary_key=True),
     Column("nickname", Text),
     Column("created_at", Timestamp, nullable=False, server_default=NOW),
 )
 app_scraps = Table(
-    "scraps", app_metadata,
+    "scraps",
+    app_metadata,
     Column("id", Id, primary_key=True),
     Column("user_id", Id, ForeignKey("users.id"), nullable=False),
     Column("source_url", Text),
@@ -50,7 +67,8 @@ app_scraps = Table(
     Column("updated_at", Timestamp, nullable=False, server_default=NOW),
 )
 app_knowledge_cards = Table(
-    "knowledge_cards", app_metadata,
+    "knowledge_cards",
+    app_metadata,
     Column("id", Id, primary_key=True),
     Column("scrap_id", Id, ForeignKey("scraps.id"), nullable=False, unique=True),
     Column("user_id", Id, ForeignKey("users.id"), nullable=False),
@@ -60,7 +78,8 @@ app_knowledge_cards = Table(
     Column("created_at", Timestamp, nullable=False, server_default=NOW),
 )
 app_jobs = Table(
-    "jobs", app_metadata,
+    "jobs",
+    app_metadata,
     Column("id", Id, primary_key=True),
     Column("job_type", String(32), nullable=False),
     Column("target_id", Id, nullable=False),
@@ -73,7 +92,8 @@ app_jobs = Table(
     Column("retry_of_job_id", Id, ForeignKey("jobs.id")),
 )
 app_daily_summaries = Table(
-    "daily_summaries", app_metadata,
+    "daily_summaries",
+    app_metadata,
     Column("id", Id, primary_key=True),
     Column("user_id", Id, ForeignKey("users.id"), nullable=False),
     Column("target_date", Date, nullable=False),
@@ -82,7 +102,8 @@ app_daily_summaries = Table(
 )
 # The mark of a sandbox database: one row, written by init_sandbox.
 sandbox_marker = Table(
-    "san_sandbox", app_metadata,
+    "san_sandbox",
+    app_metadata,
     Column("id", Integer, primary_key=True),
     Column("created_at", Timestamp, nullable=False, server_default=NOW),
 )
@@ -114,9 +135,11 @@ SANDBOX_NICKNAME = "sandbox learner"
 def foreign_user(conn: Connection) -> int | None:
     """The id of a user the sandbox did not create, if there is one."""
     nickname = app_users.c.nickname
-    return conn.execute(select(app_users.c.id).where(or_(nickname.is_(None), ~nickname.startswith(SANDBOX_NICKNAME,
-                                                                                                  autoescape=True)))
-                        .limit(1)).scalar()
+    return conn.execute(
+        select(app_users.c.id)
+        .where(or_(nickname.is_(None), ~nickname.startswith(SANDBOX_NICKNAME, autoescape=True)))
+        .limit(1)
+    ).scalar()
 
 
 def require_sandbox(engine: Engine) -> None:
@@ -132,8 +155,10 @@ def require_sandbox(engine: Engine) -> None:
         stranger = foreign_user(conn)
         if stranger is not None:
             raise NotASandbox(
-                f"{redacted(engine.url)} is marked as a sandbox but holds users the sandbox did not create "
-                f"(user {stranger}): real users have arrived, so it is not a sandbox any more and the sandbox "
+                f"{redacted(engine.url)} is marked as a sandbox but holds users the sandbox did "
+                "not create "
+                f"(user {stranger}): real users have arrived, so it is not a sandbox any more and "
+                "the sandbox "
                 "writes nothing to it"
             )
 

@@ -25,19 +25,26 @@ from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.recovery.registry import AREAS, RECOVERIES
 from batch_pipeline.recovery.targets import has_active_job
 from batch_pipeline.recovery.unwritten_tils import UNWRITTEN_TILS
+from batch_pipeline.san.database import create_san_engine
+from batch_pipeline.san.dispatch import build_dispatcher
+from batch_pipeline.san.schema import (
+    ACTIVE_STATUSES,
+    CARD_ANALYSIS,
+    COMPLETED,
+    SCRAP_REFINE,
+    TIL_GENERATION,
+    daily_summaries,
+    jobs,
+    knowledge_cards,
+    scraps,
+)
+from batch_pipeline.san.timezone import san_timezone_name
 from batch_pipeline.sandbox.app import save_scraps
 from batch_pipeline.sandbox.app_schema import init_sandbox
 from batch_pipeline.sandbox.faults import Faults
 from batch_pipeline.sandbox.pool import WorkerPool, WorkerSettings
 from batch_pipeline.sandbox.time_travel import age_database
 from batch_pipeline.sandbox.worker import WorkerStats
-from batch_pipeline.san.database import create_san_engine
-from batch_pipeline.san.dispatch import build_dispatcher
-from batch_pipeline.san.schema import (
-    ACTIVE_STATUSES, CARD_ANALYSIS, COMPLETED, SCRAP_REFINE, TIL_GENERATION, daily_summaries, jobs,
-    knowledge_cards, scraps,
-)
-from batch_pipeline.san.timezone import san_timezone_name
 
 # The areas that enqueue jobs for targets (every recovery but the ghosts, which close and replace).
 TARGET_AREAS = tuple(recovery.area for recovery in RECOVERIES if recovery.area != ghost_jobs.AREA)
@@ -55,14 +62,17 @@ class CycleFigures:
     unhealthy_scraps: int  # non-poison scraps lacking refined_content or a card, after the work
     worker: WorkerStats
     ghosts_closed: int = 0
-    enqueued: dict = field(default_factory=dict)  # area -> jobs the run enqueued there (TARGET_AREAS)
+    # area -> jobs the run enqueued there (TARGET_AREAS)
+    enqueued: dict = field(default_factory=dict)
     exhausted: dict = field(default_factory=dict)  # area -> ids reported exhausted this run
     duplicates: int = 0  # (job_type, target_id) with two active jobs, worst seen this cycle
     audit_mismatches: list[str] = field(default_factory=list)
 
     @property
     def changed_nothing(self) -> bool:
-        return self.worker.did_nothing and self.ghosts_closed == 0 and not any(self.enqueued.values())
+        return (
+            self.worker.did_nothing and self.ghosts_closed == 0 and not any(self.enqueued.values())
+        )
 
 
 @dataclass
@@ -100,14 +110,18 @@ class ConvergenceResult:
         lines = [
             "| cycle | unmet before | no job | expected after | unmet after | unhealthy scraps | "
             "completed | failed | died | lost | slow | late | ghosts closed | "
-            + " | ".join(TARGET_AREAS) + " | exhausted | duplicates |",
+            + " | ".join(TARGET_AREAS)
+            + " | exhausted | duplicates |",
             "|---:" * (15 + len(TARGET_AREAS)) + "|",
         ]
         for c in self.cycles:
             lines.append(
-                f"| {c.cycle} | {c.needs_before} | {c.needs_without_job} | {c.expected_after:.0f} | {c.needs_after} | "
-                f"{c.unhealthy_scraps} | {c.worker.completed} | {c.worker.failed} | {c.worker.died} | "
-                f"{c.worker.lost_events} | {c.worker.held_slow} | {c.worker.late_results} | {c.ghosts_closed} | "
+                f"| {c.cycle} | {c.needs_before} | {c.needs_without_job} | {c.expected_after:.0f} "
+                f"| {c.needs_after} | "
+                f"{c.unhealthy_scraps} | {c.worker.completed} | {c.worker.failed} | "
+                f"{c.worker.died} | "
+                f"{c.worker.lost_events} | {c.worker.held_slow} | {c.worker.late_results} | "
+                f"{c.ghosts_closed} | "
                 + " | ".join(str(c.enqueued.get(area, 0)) for area in TARGET_AREAS)
                 + f" | {sum(len(v) for v in c.exhausted.values())} | {c.duplicates} |"
             )
@@ -119,9 +133,13 @@ def unmet_needs(conn: Connection, poison: set[int]) -> tuple[int, int, int]:
     """(unmet needs, unmet needs with no active job, unhealthy scraps), poison scraps excluded."""
     has_card = exists().where(knowledge_cards.c.scrap_id == scraps.c.id)
     rows = conn.execute(
-        select(scraps.c.id, scraps.c.refined_content.is_(None), ~has_card,
-               has_active_job(SCRAP_REFINE, scraps), has_active_job(CARD_ANALYSIS, scraps))
-        .where((scraps.c.refined_content.is_(None)) | ~has_card)
+        select(
+            scraps.c.id,
+            scraps.c.refined_content.is_(None),
+            ~has_card,
+            has_active_job(SCRAP_REFINE, scraps),
+            has_active_job(CARD_ANALYSIS, scraps),
+        ).where((scraps.c.refined_content.is_(None)) | ~has_card)
     ).all()
     needs = without_job = unhealthy = 0
     for scrap_id, needs_refine, needs_card, refine_active, card_active in rows:
@@ -129,12 +147,15 @@ def unmet_needs(conn: Connection, poison: set[int]) -> tuple[int, int, int]:
             continue
         unhealthy += 1
         needs += bool(needs_refine) + bool(needs_card)
-        without_job += (bool(needs_refine) and not refine_active) + (bool(needs_card) and not card_active)
+        without_job += (bool(needs_refine) and not refine_active) + (
+            bool(needs_card) and not card_active
+        )
     return needs, without_job, unhealthy
 
 
 DUPLICATE_ACTIVE_JOBS = text(
-    "SELECT count(*) FROM (SELECT job_type, target_id FROM jobs WHERE status IN ('PENDING', 'PROCESSING') "
+    "SELECT count(*) FROM (SELECT job_type, target_id FROM jobs WHERE status IN ('PENDING', "
+    "'PROCESSING') "
     "GROUP BY job_type, target_id HAVING count(*) > 1) AS doubled"
 )
 
@@ -149,7 +170,9 @@ def latest_audit(instance: DagsterInstance, area: str) -> dict:
     return {k: v.value for k, v in event.asset_materialization.metadata.items()}
 
 
-def check_audit_against_rows(instance, engine: Engine, max_job_id_before: int, active_before: set[int]) -> tuple[dict, list[str]]:
+def check_audit_against_rows(
+    instance, engine: Engine, max_job_id_before: int, active_before: set[int]
+) -> tuple[dict, list[str]]:
     """Compare the run's audit trail with the rows that changed; returns (audits, mismatches).
 
     Counts always: the jobs created are the areas' `enqueued`, the ghosts closed are ghost
@@ -157,8 +180,16 @@ def check_audit_against_rows(instance, engine: Engine, max_job_id_before: int, a
     the audit trail keeps (AUDIT_ID_LIMIT per kind)."""
     audits = {area: latest_audit(instance, area) for area in AREAS}
     with engine.connect() as conn:
-        new_ids = set(conn.execute(select(jobs.c.id).where(jobs.c.id > max_job_id_before)).scalars())
-        still_active = set(conn.execute(select(jobs.c.id).where(jobs.c.status.in_(ACTIVE_STATUSES), jobs.c.id <= max_job_id_before)).scalars())
+        new_ids = set(
+            conn.execute(select(jobs.c.id).where(jobs.c.id > max_job_id_before)).scalars()
+        )
+        still_active = set(
+            conn.execute(
+                select(jobs.c.id).where(
+                    jobs.c.status.in_(ACTIVE_STATUSES), jobs.c.id <= max_job_id_before
+                )
+            ).scalars()
+        )
     closed = active_before - still_active
     ghosts = audits[ghost_jobs.AREA]
     mismatches = []
@@ -167,9 +198,16 @@ def check_audit_against_rows(instance, engine: Engine, max_job_id_before: int, a
         mismatches.append(f"new jobs: reported {enqueued}, in the database {len(new_ids)}")
     reported_closed_count = ghosts["detected"] - ghosts["deferred"] - ghosts["skipped_by_race"]
     if reported_closed_count != len(closed):
-        mismatches.append(f"closed ghosts: reported {reported_closed_count}, in the database {len(closed)}")
+        mismatches.append(
+            f"closed ghosts: reported {reported_closed_count}, in the database {len(closed)}"
+        )
     if not any(audits[area]["ids_truncated"] for area in AREAS):
-        reported_new = {r["new_job_id"] for area in AREAS for r in audits[area]["recovered"] if r["new_job_id"] is not None}
+        reported_new = {
+            r["new_job_id"]
+            for area in AREAS
+            for r in audits[area]["recovered"]
+            if r["new_job_id"] is not None
+        }
         reported_closed = {r["failed_job_id"] for r in ghosts["recovered"]}
         if reported_new != new_ids:
             mismatches.append(f"new job ids differ on {sorted(reported_new ^ new_ids)[:10]}")
@@ -181,7 +219,9 @@ def check_audit_against_rows(instance, engine: Engine, max_job_id_before: int, a
 def job_ids_snapshot(engine: Engine) -> tuple[int, set[int]]:
     with engine.connect() as conn:
         max_id = conn.execute(select(func.coalesce(func.max(jobs.c.id), 0))).scalar_one()
-        active = set(conn.execute(select(jobs.c.id).where(jobs.c.status.in_(ACTIVE_STATUSES))).scalars())
+        active = set(
+            conn.execute(select(jobs.c.id).where(jobs.c.status.in_(ACTIVE_STATUSES))).scalars()
+        )
     return max_id, active
 
 
@@ -191,8 +231,14 @@ def run_recovery(url: str, dispatcher: str, instance: DagsterInstance, max_attem
     from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 
     result = defs.resolve_job_def("recovery_job").execute_in_process(
-        run_config={**QUIET_LOGS, **recovery_run_config({"max_attempts": max_attempts, "max_enqueue_per_run": 1_000_000})},
-        resources={"san_database": SanDatabase(url=url), "job_dispatcher": JobDispatcherResource(kind=dispatcher)},
+        run_config={
+            **QUIET_LOGS,
+            **recovery_run_config({"max_attempts": max_attempts, "max_enqueue_per_run": 1_000_000}),
+        },
+        resources={
+            "san_database": SanDatabase(url=url),
+            "job_dispatcher": JobDispatcherResource(kind=dispatcher),
+        },
         instance=instance,
     )
     assert result.success
@@ -206,7 +252,10 @@ def run_til_partition(url: str, dispatcher: str, instance: DagsterInstance, day:
     result = defs.resolve_job_def("til_auto_generation_job").execute_in_process(
         partition_key=day.isoformat(),
         run_config=QUIET_LOGS,
-        resources={"san_database": SanDatabase(url=url), "job_dispatcher": JobDispatcherResource(kind=dispatcher)},
+        resources={
+            "san_database": SanDatabase(url=url),
+            "job_dispatcher": JobDispatcherResource(kind=dispatcher),
+        },
         instance=instance,
     )
     assert result.success
@@ -234,11 +283,20 @@ def run_convergence(
     timezone = san_timezone_name()
     settings = WorkerSettings(url, dispatcher, faults, redis_url, timezone)
     with WorkerPool(settings, workers) as pool:
-        load = save_scraps(engine, build_dispatcher(dispatcher, engine.dialect.name, redis_url),
-                           count=scraps_to_save, users=users, faults=faults, rng=random.Random(faults.seed))
+        load = save_scraps(
+            engine,
+            build_dispatcher(dispatcher, engine.dialect.name, redis_url),
+            count=scraps_to_save,
+            users=users,
+            faults=faults,
+            rng=random.Random(faults.seed),
+        )
         poison = set(load.poison_scrap_ids)
-        report(f"saved {load.scraps} scraps for {users} users: {load.app_deaths} without jobs (app died), "
-               f"{load.poison} poison; attempt failure rate {faults.attempt_failure_rate:.3f}")
+        report(
+            f"saved {load.scraps} scraps for {users} users: {load.app_deaths} without jobs (app "
+            "died), "
+            f"{load.poison} poison; attempt failure rate {faults.attempt_failure_rate:.3f}"
+        )
         cycles: list[CycleFigures] = []
         converged = False
         for number in range(1, max_cycles + 1):
@@ -248,38 +306,71 @@ def run_convergence(
             with engine.connect() as conn:
                 needs_after, _, unhealthy = unmet_needs(conn, poison)
             figures = CycleFigures(
-                cycle=number, needs_before=needs_before, needs_without_job=without_job,
-                expected_after=without_job + (needs_before - without_job) * faults.attempt_failure_rate,
-                needs_after=needs_after, unhealthy_scraps=unhealthy, worker=worker_stats,
+                cycle=number,
+                needs_before=needs_before,
+                needs_without_job=without_job,
+                expected_after=without_job
+                + (needs_before - without_job) * faults.attempt_failure_rate,
+                needs_after=needs_after,
+                unhealthy_scraps=unhealthy,
+                worker=worker_stats,
                 duplicates=duplicate_active_jobs(engine),
             )
             age_database(engine, AGE_PER_CYCLE)
             max_id, active = job_ids_snapshot(engine)
             run_recovery(url, dispatcher, instance, max_attempts)
-            audits, figures.audit_mismatches = check_audit_against_rows(instance, engine, max_id, active)
+            audits, figures.audit_mismatches = check_audit_against_rows(
+                instance, engine, max_id, active
+            )
             ghosts = audits[ghost_jobs.AREA]
-            figures.ghosts_closed = ghosts["detected"] - ghosts["deferred"] - ghosts["skipped_by_race"]
+            figures.ghosts_closed = (
+                ghosts["detected"] - ghosts["deferred"] - ghosts["skipped_by_race"]
+            )
             figures.enqueued = {area: audits[area]["enqueued"] for area in TARGET_AREAS}
             figures.exhausted = {area: list(audits[area]["exhausted_ids"]) for area in AREAS}
             figures.duplicates = max(figures.duplicates, duplicate_active_jobs(engine))
             cycles.append(figures)
             report(
                 f"cycle {number:2d}: unmet needs {needs_before:5d} -> {needs_after:5d} "
-                f"(expected {figures.expected_after:7.1f}), unhealthy scraps {unhealthy:4d}; recovery closed "
+                f"(expected {figures.expected_after:7.1f}), unhealthy scraps {unhealthy:4d}; "
+                "recovery closed "
                 f"{figures.ghosts_closed} ghosts, enqueued "
-                + ", ".join(f"{figures.enqueued[area]} {area}" for area in TARGET_AREAS) + ", exhausted "
-                f"{sum(len(v) for v in figures.exhausted.values())}; duplicates {figures.duplicates}"
-                + (f"; AUDIT MISMATCH {figures.audit_mismatches}" if figures.audit_mismatches else "")
+                + ", ".join(f"{figures.enqueued[area]} {area}" for area in TARGET_AREAS)
+                + ", exhausted "
+                f"{sum(len(v) for v in figures.exhausted.values())}; duplicates "
+                f"{figures.duplicates}"
+                + (
+                    f"; AUDIT MISMATCH {figures.audit_mismatches}"
+                    if figures.audit_mismatches
+                    else ""
+                )
             )
             if figures.changed_nothing:
                 converged = True
                 break
 
     result = ConvergenceResult(
-        faults=faults, scraps=load.scraps, poison_scrap_ids=sorted(poison), app_deaths=load.app_deaths,
-        max_attempts=max_attempts, cycles=cycles, converged=converged, **final_state(engine, poison),
+        faults=faults,
+        scraps=load.scraps,
+        poison_scrap_ids=sorted(poison),
+        app_deaths=load.app_deaths,
+        max_attempts=max_attempts,
+        cycles=cycles,
+        converged=converged,
+        **final_state(engine, poison),
     )
-    result.til = heal_til_day(url, engine, dispatcher, instance, faults, workers, redis_url, timezone, max_attempts, report)
+    result.til = heal_til_day(
+        url,
+        engine,
+        dispatcher,
+        instance,
+        faults,
+        workers,
+        redis_url,
+        timezone,
+        max_attempts,
+        report,
+    )
     result.seconds = time.monotonic() - started
     engine.dispose()
     return result
@@ -287,17 +378,31 @@ def run_convergence(
 
 def final_state(engine: Engine, poison: set[int]) -> dict:
     with engine.connect() as conn:
-        cards = dict(conn.execute(
-            select(knowledge_cards.c.scrap_id, func.count()).group_by(knowledge_cards.c.scrap_id)
-        ).tuples().all())
-        refined = set(conn.execute(select(scraps.c.id).where(scraps.c.refined_content.is_not(None))).scalars())
+        cards = dict(
+            conn.execute(
+                select(knowledge_cards.c.scrap_id, func.count()).group_by(
+                    knowledge_cards.c.scrap_id
+                )
+            )
+            .tuples()
+            .all()
+        )
+        refined = set(
+            conn.execute(select(scraps.c.id).where(scraps.c.refined_content.is_not(None))).scalars()
+        )
         all_ids = set(conn.execute(select(scraps.c.id)).scalars())
         poison_jobs = dict(
-            ((job_type, target), count) for job_type, target, count in conn.execute(
+            ((job_type, target), count)
+            for job_type, target, count in conn.execute(
                 select(jobs.c.job_type, jobs.c.target_id, func.count())
-                .where(jobs.c.target_id.in_(sorted(poison) or [-1]), jobs.c.job_type.in_([SCRAP_REFINE, CARD_ANALYSIS]))
+                .where(
+                    jobs.c.target_id.in_(sorted(poison) or [-1]),
+                    jobs.c.job_type.in_([SCRAP_REFINE, CARD_ANALYSIS]),
+                )
                 .group_by(jobs.c.job_type, jobs.c.target_id)
-            ).tuples().all()
+            )
+            .tuples()
+            .all()
         )
     healthy = all_ids - poison
     return {
@@ -313,8 +418,13 @@ def til_job_in_flight():
 
 
 def til_job_completed():
-    return exists().where(and_(jobs.c.target_id == daily_summaries.c.id, jobs.c.job_type == TIL_GENERATION,
-                               jobs.c.status == COMPLETED))
+    return exists().where(
+        and_(
+            jobs.c.target_id == daily_summaries.c.id,
+            jobs.c.job_type == TIL_GENERATION,
+            jobs.c.status == COMPLETED,
+        )
+    )
 
 
 def busiest_day(engine: Engine, timezone: str) -> tuple[date, set[int]]:
@@ -323,8 +433,9 @@ def busiest_day(engine: Engine, timezone: str) -> tuple[date, set[int]]:
     zone = ZoneInfo(timezone)
     with engine.connect() as conn:
         rows = conn.execute(
-            select(scraps.c.user_id, scraps.c.created_at, knowledge_cards.c.id)
-            .select_from(scraps.outerjoin(knowledge_cards, knowledge_cards.c.scrap_id == scraps.c.id))
+            select(scraps.c.user_id, scraps.c.created_at, knowledge_cards.c.id).select_from(
+                scraps.outerjoin(knowledge_cards, knowledge_cards.c.scrap_id == scraps.c.id)
+            )
         ).all()
     by_day: dict[date, list] = {}
     for user_id, created_at, card_id in rows:
@@ -335,13 +446,24 @@ def busiest_day(engine: Engine, timezone: str) -> tuple[date, set[int]]:
     return day, {user_id for user_id, card_id in by_day[day] if card_id is not None}
 
 
-def heal_til_day(url, engine, dispatcher, instance, faults, workers, redis_url, timezone, max_attempts, report,
-                 max_cycles: int = 20) -> TilFigures:
-    """Run the TIL partition of the busiest day, then (work, age, recovery) until every summary
-    of the run has its content and no job in flight. The TIL phase keeps every worker fault of
-    the scrap phase, AI failures included: a FAILED TIL_GENERATION job is healed by til_generation_recovery, a lost
-    event or a dead or slow worker by ghost-job recovery. No poison: a summary's TIL is never
-    refused by the AI for good in this experiment."""
+def heal_til_day(
+    url,
+    engine,
+    dispatcher,
+    instance,
+    faults,
+    workers,
+    redis_url,
+    timezone,
+    max_attempts,
+    report,
+    max_cycles: int = 20,
+) -> TilFigures:
+    """Run the TIL partition of the busiest day, then (work, age, recovery) until every summary of
+    the run has its content and no job in flight. The TIL phase keeps every worker fault of the
+    scrap phase, AI failures included: a FAILED TIL_GENERATION job is healed by
+    til_generation_recovery, a lost event or a dead or slow worker by ghost-job recovery. No poison:
+    a summary's TIL is never refused by the AI for good in this experiment."""
     day, active_users = busiest_day(engine, timezone)
     today = datetime.now(ZoneInfo(timezone)).date()
     if day >= today:  # a short run: the TIL partition of a day that is not over yet does not exist
@@ -351,18 +473,34 @@ def heal_til_day(url, engine, dispatcher, instance, faults, workers, redis_url, 
     with engine.connect() as conn:
         before = conn.execute(select(func.coalesce(func.max(daily_summaries.c.id), 0))).scalar_one()
     settings = WorkerSettings(url, dispatcher, til_faults, redis_url, timezone)
-    figures = TilFigures(day=day, active_users=active_users, summaries_per_user={}, summaries_created=0,
-                         written=0, jobs_completed=0, cycles=0, duplicates=0)
+    figures = TilFigures(
+        day=day,
+        active_users=active_users,
+        summaries_per_user={},
+        summaries_created=0,
+        written=0,
+        jobs_completed=0,
+        cycles=0,
+        duplicates=0,
+    )
     with WorkerPool(settings, workers) as pool:
         run_til_partition(url, dispatcher, instance, day)
         for figures.cycles in range(1, max_cycles + 1):
             figures.ai_failures += pool.drain().failed
             with engine.connect() as conn:
-                missing = conn.execute(select(func.count()).select_from(daily_summaries).where(
-                    daily_summaries.c.id > before,
-                    daily_summaries.c.content.is_(None) | til_job_in_flight())).scalar_one()
+                missing = conn.execute(
+                    select(func.count())
+                    .select_from(daily_summaries)
+                    .where(
+                        daily_summaries.c.id > before,
+                        daily_summaries.c.content.is_(None) | til_job_in_flight(),
+                    )
+                ).scalar_one()
             figures.duplicates = max(figures.duplicates, duplicate_active_jobs(engine))
-            report(f"TIL {day}: cycle {figures.cycles}, summaries without content or with a job in flight: {missing}")
+            report(
+                f"TIL {day}: cycle {figures.cycles}, summaries without content or with a job in "
+                f"flight: {missing}"
+            )
             if not missing:
                 break
             age_database(engine, AGE_PER_CYCLE)
@@ -373,12 +511,17 @@ def heal_til_day(url, engine, dispatcher, instance, faults, workers, redis_url, 
             figures.recovered += audits[UNWRITTEN_TILS.area]["enqueued"]
     with engine.connect() as conn:
         summaries = conn.execute(
-            select(daily_summaries.c.id, daily_summaries.c.user_id, daily_summaries.c.content)
-            .where(daily_summaries.c.id > before)
+            select(
+                daily_summaries.c.id, daily_summaries.c.user_id, daily_summaries.c.content
+            ).where(daily_summaries.c.id > before)
         ).all()
-        completed_targets = set(conn.execute(
-            select(daily_summaries.c.id).where(daily_summaries.c.id > before, til_job_completed())
-        ).scalars())
+        completed_targets = set(
+            conn.execute(
+                select(daily_summaries.c.id).where(
+                    daily_summaries.c.id > before, til_job_completed()
+                )
+            ).scalars()
+        )
     for _id, user_id, _content in summaries:
         figures.summaries_per_user[user_id] = figures.summaries_per_user.get(user_id, 0) + 1
     figures.summaries_created = len(summaries)

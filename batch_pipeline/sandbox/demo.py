@@ -8,11 +8,26 @@ from datetime import datetime, timedelta
 from sqlalchemy import insert, select, text
 from sqlalchemy.engine import Connection, Engine
 
-from batch_pipeline.sandbox.app_schema import SANDBOX_NICKNAME, app_knowledge_cards, app_users, init_sandbox, require_sandbox
 from batch_pipeline.san.database import utc_now
 from batch_pipeline.san.schema import (
-    CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, SCRAP_REFINE,
-    create_recommended_indexes, jobs, metadata, scraps, users,
+    CARD_ANALYSIS,
+    COMPLETED,
+    FAILED,
+    PENDING,
+    PROCESSING,
+    SCRAP_REFINE,
+    create_recommended_indexes,
+    jobs,
+    metadata,
+    scraps,
+    users,
+)
+from batch_pipeline.sandbox.app_schema import (
+    SANDBOX_NICKNAME,
+    app_knowledge_cards,
+    app_users,
+    init_sandbox,
+    require_sandbox,
 )
 
 DEMO_USERS = 5
@@ -29,17 +44,29 @@ def seed_demo_state(engine: Engine, now: datetime | None = None) -> dict[str, in
     with engine.begin() as conn:
         if conn.execute(select(users.c.id).limit(1)).first():
             return {}  # already seeded
-        conn.execute(insert(app_users), [{"id": i, "nickname": f"{SANDBOX_NICKNAME} {i}"} for i in range(1, DEMO_USERS + 1)])
+        conn.execute(
+            insert(app_users),
+            [{"id": i, "nickname": f"{SANDBOX_NICKNAME} {i}"} for i in range(1, DEMO_USERS + 1)],
+        )
         scrap_rows, card_rows, job_rows = [], [], []
         next_job = 1
 
         def job(job_type, target, status, created, started=None):
             nonlocal next_job
-            job_rows.append({
-                "id": next_job, "job_type": job_type, "target_id": target, "status": status,
-                "created_at": created, "updated_at": started or created, "started_at": started,
-                "finished_at": None if status in (PENDING, PROCESSING) else (started or created),
-            })
+            job_rows.append(
+                {
+                    "id": next_job,
+                    "job_type": job_type,
+                    "target_id": target,
+                    "status": status,
+                    "created_at": created,
+                    "updated_at": started or created,
+                    "started_at": started,
+                    "finished_at": None
+                    if status in (PENDING, PROCESSING)
+                    else (started or created),
+                }
+            )
             next_job += 1
 
         for scrap_id in range(1, 31):
@@ -47,10 +74,16 @@ def seed_demo_state(engine: Engine, now: datetime | None = None) -> dict[str, in
             created = now - timedelta(hours=3 + 1.5 * scrap_id)  # yesterday and before
             kind = scrap_id % 10
             refined = None if kind in (3, 4) else f"refined text of scrap {scrap_id}"
-            scrap_rows.append({
-                "id": scrap_id, "user_id": user_id, "original_content": f"original text of scrap {scrap_id}",
-                "refined_content": refined, "created_at": created, "updated_at": created,
-            })
+            scrap_rows.append(
+                {
+                    "id": scrap_id,
+                    "user_id": user_id,
+                    "original_content": f"original text of scrap {scrap_id}",
+                    "refined_content": refined,
+                    "created_at": created,
+                    "updated_at": created,
+                }
+            )
             if kind == 1:  # ghost: event lost, PENDING for hours
                 job(SCRAP_REFINE, scrap_id, COMPLETED, created, created)
                 job(CARD_ANALYSIS, scrap_id, PENDING, created)
@@ -74,13 +107,23 @@ def seed_demo_state(engine: Engine, now: datetime | None = None) -> dict[str, in
         conn.execute(insert(jobs), job_rows)
         advance_id_sequences(conn)
     create_recommended_indexes(engine)  # as a production database should have them
-    return {"users": DEMO_USERS, "scraps": len(scrap_rows), "cards": len(card_rows), "jobs": len(job_rows)}
+    return {
+        "users": DEMO_USERS,
+        "scraps": len(scrap_rows),
+        "cards": len(card_rows),
+        "jobs": len(job_rows),
+    }
 
 
 def demo_card(scrap_id: int, user_id: int, created: datetime) -> dict:
     """A card as the app's worker writes one: with a title and a summary (the TIL joins them)."""
-    return {"scrap_id": scrap_id, "user_id": user_id, "title": f"card of scrap {scrap_id}",
-            "summary": f"what scrap {scrap_id} says", "created_at": created}
+    return {
+        "scrap_id": scrap_id,
+        "user_id": user_id,
+        "title": f"card of scrap {scrap_id}",
+        "summary": f"what scrap {scrap_id} says",
+        "created_at": created,
+    }
 
 
 def advance_id_sequences(conn: Connection) -> None:
@@ -88,7 +131,9 @@ def advance_id_sequences(conn: Connection) -> None:
     if conn.dialect.name != "postgresql":
         return
     for table in metadata.sorted_tables:
-        conn.execute(text(
-            f"SELECT setval(pg_get_serial_sequence('{table.name}', 'id'), "
-            f"COALESCE((SELECT max(id) FROM {table.name}), 0) + 1, false)"
-        ))
+        conn.execute(
+            text(
+                f"SELECT setval(pg_get_serial_sequence('{table.name}', 'id'), "
+                f"COALESCE((SELECT max(id) FROM {table.name}), 0) + 1, false)"
+            )
+        )

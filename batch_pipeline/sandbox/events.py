@@ -17,7 +17,12 @@ import time
 from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 
-from batch_pipeline.san.dispatch import DISPATCHER_KINDS, PG_NOTIFY_CHANNEL, REDIS_STREAM, check_notify_channel
+from batch_pipeline.san.dispatch import (
+    DISPATCHER_KINDS,
+    PG_NOTIFY_CHANNEL,
+    REDIS_STREAM,
+    check_notify_channel,
+)
 from batch_pipeline.san.schema import PENDING, jobs
 
 CONSUMER_GROUP = "san-workers"
@@ -36,14 +41,19 @@ class JobEvents:
 
 class PgNotifyEvents(JobEvents):
     def __init__(self, engine: Engine, channel: str | None = None):
-        channel = check_notify_channel(channel or os.environ.get("SAN_NOTIFY_CHANNEL") or PG_NOTIFY_CHANNEL)
+        channel = check_notify_channel(
+            channel or os.environ.get("SAN_NOTIFY_CHANNEL") or PG_NOTIFY_CHANNEL
+        )
         self._raw = engine.raw_connection()
         self._conn = self._raw.driver_connection  # the psycopg connection
         self._conn.autocommit = True
         self._conn.execute(f"LISTEN {channel}")
 
     def next_job_ids(self, timeout_s: float) -> list[int]:
-        return [int(json.loads(n.payload)["job_id"]) for n in self._conn.notifies(timeout=timeout_s, stop_after=1)]
+        return [
+            int(json.loads(n.payload)["job_id"])
+            for n in self._conn.notifies(timeout=timeout_s, stop_after=1)
+        ]
 
     def close(self) -> None:
         self._raw.close()
@@ -59,7 +69,11 @@ class RedisStreamEvents(JobEvents):
 
     def next_job_ids(self, timeout_s: float) -> list[int]:
         reply = self._redis.xreadgroup(
-            CONSUMER_GROUP, self.consumer, {self.stream: ">"}, count=100, block=max(1, int(timeout_s * 1000))
+            CONSUMER_GROUP,
+            self.consumer,
+            {self.stream: ">"},
+            count=100,
+            block=max(1, int(timeout_s * 1000)),
         )
         ids, job_ids = [], []
         for _stream, entries in reply or []:
@@ -99,10 +113,16 @@ class PollingEvents(JobEvents):
         deadline = time.monotonic() + timeout_s
         while True:
             with self.engine.connect() as conn:
-                pending = conn.execute(
-                    select(jobs.c.id).where(jobs.c.status == PENDING, jobs.c.id > self._cursor)
-                    .order_by(jobs.c.id).limit(500)
-                ).scalars().all()
+                pending = (
+                    conn.execute(
+                        select(jobs.c.id)
+                        .where(jobs.c.status == PENDING, jobs.c.id > self._cursor)
+                        .order_by(jobs.c.id)
+                        .limit(500)
+                    )
+                    .scalars()
+                    .all()
+                )
             if pending:
                 self._cursor = pending[-1]
             if pending or time.monotonic() >= deadline:
@@ -112,7 +132,9 @@ class PollingEvents(JobEvents):
 
 def open_job_events(kind: str, engine: Engine, *, redis_url: str, consumer: str) -> JobEvents:
     if kind not in DISPATCHER_KINDS:
-        raise ValueError(f"unknown dispatcher {kind!r}; choose one of {', '.join(DISPATCHER_KINDS)}")
+        raise ValueError(
+            f"unknown dispatcher {kind!r}; choose one of {', '.join(DISPATCHER_KINDS)}"
+        )
     if kind == "pg_notify":
         return PgNotifyEvents(engine)
     if kind == "redis_stream":

@@ -11,31 +11,65 @@ import hashlib
 from pydantic import BaseModel, ConfigDict, Field
 
 
-
 class Faults(BaseModel):
     """What goes wrong, and how often."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    event_lost: float = Field(0.0, ge=0.0, le=1.0, description="A job's announcement never reaches a worker: the job stays PENDING.")
-    app_dies_before_enqueue: float = Field(0.0, ge=0.0, le=1.0, description="The app saves the scrap and dies before creating its jobs.")
-    worker_dies_mid_job: float = Field(0.0, ge=0.0, le=1.0, description="The worker claims the job and dies: it stays PROCESSING.")
-    ai_fails: float = Field(0.0, ge=0.0, le=1.0, description="The AI call fails: the job ends FAILED.")
-    poison: float = Field(0.0, ge=0.0, le=1.0, description="A saved scrap is poison: every AI call on it fails.")
-    slow_worker: float = Field(0.0, ge=0.0, le=1.0, description="The worker finishes only after recovery has given up on the job.")
+    event_lost: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="A job's announcement never reaches a worker: the job stays PENDING.",
+    )
+    app_dies_before_enqueue: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="The app saves the scrap and dies before creating its jobs.",
+    )
+    worker_dies_mid_job: float = Field(
+        0.0, ge=0.0, le=1.0, description="The worker claims the job and dies: it stays PROCESSING."
+    )
+    ai_fails: float = Field(
+        0.0, ge=0.0, le=1.0, description="The AI call fails: the job ends FAILED."
+    )
+    poison: float = Field(
+        0.0, ge=0.0, le=1.0, description="A saved scrap is poison: every AI call on it fails."
+    )
+    slow_worker: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="The worker finishes only after recovery has given up on the job.",
+    )
     reannouncement_lost: float | None = Field(
-        None, ge=0.0, le=1.0, description="A re-announcement of a job (the fast lane's) is lost. Unset: as event_lost, "
-        "each announcement drawn on its own.")
+        None,
+        ge=0.0,
+        le=1.0,
+        description="A re-announcement of a job (the fast lane's) is lost. Unset: as event_lost, "
+        "each announcement drawn on its own.",
+    )
     first_attempts_only: bool = Field(
-        False, description="Lost events and AI failures strike only a target's first job (the app's first attempt); "
-        "a re-announcement follows reannouncement_lost.")
+        False,
+        description="Lost events and AI failures strike only a target's first job (the app's first "
+        "attempt); "
+        "a re-announcement follows reannouncement_lost.",
+    )
     seed: int = Field(0, description="Same seed, same faults.")
 
     @classmethod
     def convergence_rates(cls, seed: int = 0) -> "Faults":
         """The rates of the convergence test (issue 6)."""
-        return cls(event_lost=0.20, app_dies_before_enqueue=0.05, worker_dies_mid_job=0.10,
-                   ai_fails=0.15, poison=0.01, slow_worker=0.05, seed=seed)
+        return cls(
+            event_lost=0.20,
+            app_dies_before_enqueue=0.05,
+            worker_dies_mid_job=0.10,
+            ai_fails=0.15,
+            poison=0.01,
+            slow_worker=0.05,
+            seed=seed,
+        )
 
     def announcement_lost(self, job_id: int, delivery: int) -> bool:
         """Whether the `delivery`-th announcement of a job (1: the app's) is lost."""
@@ -57,5 +91,10 @@ class Faults(BaseModel):
         """How often one job attempt leaves its need unmet at the end of its cycle: its event
         was lost, its worker died or is slow (its result lands only in the next cycle), or the
         AI failed. Poison is not a rate per attempt: a poison scrap fails every attempt."""
-        succeeds = (1 - self.event_lost) * (1 - self.worker_dies_mid_job) * (1 - self.slow_worker) * (1 - self.ai_fails)
+        succeeds = (
+            (1 - self.event_lost)
+            * (1 - self.worker_dies_mid_job)
+            * (1 - self.slow_worker)
+            * (1 - self.ai_fails)
+        )
         return 1 - succeeds

@@ -24,12 +24,14 @@ class WorkerSettings:
 
 
 def build_worker(settings: WorkerSettings, name: str):
+    from batch_pipeline.san.database import create_san_engine
     from batch_pipeline.sandbox.events import open_job_events
     from batch_pipeline.sandbox.worker import ReferenceWorker
-    from batch_pipeline.san.database import create_san_engine
 
     engine = create_san_engine(settings.database_url)
-    events = open_job_events(settings.dispatcher, engine, redis_url=settings.redis_url, consumer=name)
+    events = open_job_events(
+        settings.dispatcher, engine, redis_url=settings.redis_url, consumer=name
+    )
     return ReferenceWorker(engine, events, settings.faults, settings.timezone)
 
 
@@ -60,11 +62,14 @@ class WorkerPool:
         self._pipes, self._processes = [], []
         for index in range(processes):
             parent, child = context.Pipe()
-            process = context.Process(target=_worker_main, args=(settings, f"worker-{index}", child), daemon=True)
+            process = context.Process(
+                target=_worker_main, args=(settings, f"worker-{index}", child), daemon=True
+            )
             process.start()
             self._pipes.append(parent)
             self._processes.append(process)
-        for index, pipe in enumerate(self._pipes):  # every worker listens before anything is announced
+        # every worker listens before anything is announced
+        for index in range(len(self._pipes)):
             self._receive(index, timeout_s=120)
 
     def drain(self, idle_s: float = 0.3) -> WorkerStats:
@@ -94,10 +99,12 @@ class WorkerPool:
         try:
             return pipe.recv()
         except EOFError:
-            raise RuntimeError(f"sandbox worker-{index} exited with code {process.exitcode}") from None
+            raise RuntimeError(
+                f"sandbox worker-{index} exited with code {process.exitcode}"
+            ) from None
 
     def close(self) -> None:
-        for pipe, process in zip(self._pipes, self._processes):
+        for pipe, process in zip(self._pipes, self._processes, strict=True):
             if process.is_alive():
                 try:
                     pipe.send(("stop", None))

@@ -13,7 +13,9 @@ DEFAULT_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
 
 @contextmanager
-def scratch_database(server_url: str = DEFAULT_SERVER_URL, prefix: str = "san_sandbox") -> Iterator[str]:
+def scratch_database(
+    server_url: str = DEFAULT_SERVER_URL, prefix: str = "san_sandbox"
+) -> Iterator[str]:
     """A new, empty database on the server of `server_url`, dropped afterwards; yields its URL.
 
     A database of its own, not a schema: pg_notify channels are per database, so a sandbox's

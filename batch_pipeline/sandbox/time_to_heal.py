@@ -27,21 +27,31 @@ import pandas as pd
 from sqlalchemy import and_, func, select
 from sqlalchemy.engine import Engine
 
+from batch_pipeline.san.database import redacted
+from batch_pipeline.san.dispatch import PgNotifyDispatcher
+from batch_pipeline.san.schema import ACTIVE_STATUSES, CARD_ANALYSIS, SCRAP_REFINE, jobs
 from batch_pipeline.sandbox.app import LoadReport, save_scraps
 from batch_pipeline.sandbox.app_schema import app_knowledge_cards, app_scraps
 from batch_pipeline.sandbox.events import PgNotifyEvents
 from batch_pipeline.sandbox.faults import Faults
 from batch_pipeline.sandbox.worker import ReferenceWorker, WorkerStats
-from batch_pipeline.san.database import redacted
-from batch_pipeline.san.dispatch import PgNotifyDispatcher
-from batch_pipeline.san.schema import ACTIVE_STATUSES, CARD_ANALYSIS, SCRAP_REFINE, jobs
 
 # The issue's experiment: 30 % of the app's events lost, 15 % of first AI attempts failing, 5 %
 # of scraps saved without jobs. Faults strike the app's first attempt: the fast lane's NOTIFY
 # commits with its own transaction (nothing lost between them), a retry is a new attempt.
-TIME_TO_HEAL_FAULTS = Faults(event_lost=0.30, ai_fails=0.15, app_dies_before_enqueue=0.05,
-                             first_attempts_only=True, reannouncement_lost=0.0)
-LOST_EVENT, FAILED_CALL, LOST_THEN_FAILED, APP_DEATH = "lost event", "failed AI call", "lost event, then failed AI call", "app death"
+TIME_TO_HEAL_FAULTS = Faults(
+    event_lost=0.30,
+    ai_fails=0.15,
+    app_dies_before_enqueue=0.05,
+    first_attempts_only=True,
+    reannouncement_lost=0.0,
+)
+LOST_EVENT, FAILED_CALL, LOST_THEN_FAILED, APP_DEATH = (
+    "lost event",
+    "failed AI call",
+    "lost event, then failed AI call",
+    "app death",
+)
 CAUSES = ("healthy", LOST_EVENT, FAILED_CALL, LOST_THEN_FAILED, APP_DEATH)
 # The issue's targets, p99 seconds from save to result; an app death's is grace + this.
 P99_TARGETS = {LOST_EVENT: 180, FAILED_CALL: 300}
@@ -77,35 +87,56 @@ class Figures:
     def percentiles(self) -> pd.DataFrame:
         healed = self.heal_seconds.dropna(subset=["seconds"])
         table = healed.groupby(["cause", "result"])["seconds"].describe(percentiles=[0.5, 0.99])
-        return table[["count", "50%", "99%", "max"]].rename(columns={"50%": "p50", "99%": "p99"}).round(1)
+        return (
+            table[["count", "50%", "99%", "max"]]
+            .rename(columns={"50%": "p50", "99%": "p99"})
+            .round(1)
+        )
 
     def targets(self) -> dict[str, bool]:
         """The issue's targets, per cause and result: p99 within its bound."""
         bounds = {**P99_TARGETS, APP_DEATH: self.grace_minutes * 60 + APP_DEATH_P99_OVER_GRACE}
         table = self.percentiles()
-        return {f"{cause} {result}: p99 {table.loc[(cause, result), 'p99']:.0f} s <= {bound} s":
-                table.loc[(cause, result), "p99"] <= bound
-                for cause, bound in bounds.items() for result in ("refinement", "card") if (cause, result) in table.index}
+        p99 = table["p99"]
+        return {
+            f"{cause} {result}: p99 {p99[(cause, result)]:.0f} s <= {bound} s": p99[(cause, result)]
+            <= bound
+            for cause, bound in bounds.items()
+            for result in ("refinement", "card")
+            if (cause, result) in table.index
+        }
 
     def report(self) -> str:
-        lines = [self.percentiles().to_string(), "",
-                 *(f"target {'met' if met else 'NOT met'}: {target}" for target, met in self.targets().items()), "",
-                 f"scraps saved {self.load.scraps} (app deaths {self.load.app_deaths}); worker completed "
-                 f"{self.worker.completed}, failed {self.worker.failed}, events lost {self.worker.lost_events}",
-                 f"unhealed at the deadline: {len(self.unhealed)}",
-                 f"max active jobs for one (job_type, target): {self.max_active_per_target}",
-                 f"max announcements heard for one job: {self.max_announcements_per_job}",
-                 f"fast_heal_job runs: {self.lane.runs}; requested with nothing found: "
-                 f"{self.lane.requested_with_nothing_found}; found work that was gone by the run (a worker took "
-                 f"the job meanwhile): {self.lane.healed_nothing}",
-                 f"wall time: {self.wall_minutes:.1f} min", *self.notes]
+        lines = [
+            self.percentiles().to_string(),
+            "",
+            *(
+                f"target {'met' if met else 'NOT met'}: {target}"
+                for target, met in self.targets().items()
+            ),
+            "",
+            f"scraps saved {self.load.scraps} (app deaths {self.load.app_deaths}); worker "
+            "completed "
+            f"{self.worker.completed}, failed {self.worker.failed}, events lost "
+            f"{self.worker.lost_events}",
+            f"unhealed at the deadline: {len(self.unhealed)}",
+            f"max active jobs for one (job_type, target): {self.max_active_per_target}",
+            f"max announcements heard for one job: {self.max_announcements_per_job}",
+            f"fast_heal_job runs: {self.lane.runs}; requested with nothing found: "
+            f"{self.lane.requested_with_nothing_found}; found work that was gone by the run (a "
+            "worker took "
+            f"the job meanwhile): {self.lane.healed_nothing}",
+            f"wall time: {self.wall_minutes:.1f} min",
+            *self.notes,
+        ]
         return "\n".join(lines)
 
 
 def dagster_home(directory: Path) -> Path:
     """A Dagster instance of its own: SQLite storage, the repository's run queue limits."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "dagster.yaml").write_text(textwrap.dedent("""\
+    (directory / "dagster.yaml").write_text(
+        textwrap.dedent("""\
         concurrency:
           runs:
             max_concurrent_runs: 4
@@ -115,23 +146,38 @@ def dagster_home(directory: Path) -> Path:
                 limit: 1
         telemetry:
           enabled: false
-        """))
-    (directory / "workspace.yaml").write_text(textwrap.dedent("""\
+        """)
+    )
+    (directory / "workspace.yaml").write_text(
+        textwrap.dedent("""\
         load_from:
           - python_module:
               module_name: batch_pipeline.definitions
               location_name: batch_pipeline
-        """))
+        """)
+    )
     return directory
 
 
-def start_daemon(home: Path, database_url: str, channel: str, grace_minutes: int, log) -> subprocess.Popen:
-    env = {**os.environ, "DAGSTER_HOME": str(home), "SAN_DATABASE_URL": database_url,
-           "SAN_JOB_DISPATCHER": "pg_notify", "SAN_NOTIFY_CHANNEL": channel,
-           "SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES": str(grace_minutes)}
+def start_daemon(
+    home: Path, database_url: str, channel: str, grace_minutes: int, log
+) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "SAN_DATABASE_URL": database_url,
+        "SAN_JOB_DISPATCHER": "pg_notify",
+        "SAN_NOTIFY_CHANNEL": channel,
+        "SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES": str(grace_minutes),
+    }
     daemon = Path(sys.executable).with_name("dagster-daemon")
-    return subprocess.Popen([str(daemon), "run", "-w", str(home / "workspace.yaml")], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        [str(daemon), "run", "-w", str(home / "workspace.yaml")],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -145,8 +191,12 @@ def stop(process: subprocess.Popen) -> None:
 
 
 def max_active_per_target(engine: Engine) -> int:
-    per_target = (select(func.count().label("active")).where(jobs.c.status.in_(ACTIVE_STATUSES))
-                  .group_by(jobs.c.job_type, jobs.c.target_id).subquery())
+    per_target = (
+        select(func.count().label("active"))
+        .where(jobs.c.status.in_(ACTIVE_STATUSES))
+        .group_by(jobs.c.job_type, jobs.c.target_id)
+        .subquery()
+    )
     with engine.connect() as conn:
         return conn.execute(select(func.coalesce(func.max(per_target.c.active), 0))).scalar_one()
 
@@ -157,25 +207,35 @@ def heal_seconds(engine: Engine, load: LoadReport, faults: Faults) -> pd.DataFra
     failed, both (two faults, two steps of the lane: its own row); or the app died before
     creating it."""
     app_deaths = set(load.app_death_scrap_ids)
-    first_job = (select(jobs.c.target_id, jobs.c.job_type, func.min(jobs.c.id).label("job_id"))
-                 .where(jobs.c.job_type.in_([SCRAP_REFINE, CARD_ANALYSIS]))
-                 .group_by(jobs.c.target_id, jobs.c.job_type).subquery())
+    first_job = (
+        select(jobs.c.target_id, jobs.c.job_type, func.min(jobs.c.id).label("job_id"))
+        .where(jobs.c.job_type.in_([SCRAP_REFINE, CARD_ANALYSIS]))
+        .group_by(jobs.c.target_id, jobs.c.job_type)
+        .subquery()
+    )
     first = jobs.alias("first_job")
     with engine.connect() as conn:
         scraps = conn.execute(
-            select(app_scraps.c.id, app_scraps.c.created_at, app_scraps.c.refined_content.is_not(None),
-                   app_scraps.c.updated_at, app_knowledge_cards.c.created_at)
-            .outerjoin(app_knowledge_cards, app_knowledge_cards.c.scrap_id == app_scraps.c.id)
+            select(
+                app_scraps.c.id,
+                app_scraps.c.created_at,
+                app_scraps.c.refined_content.is_not(None),
+                app_scraps.c.updated_at,
+                app_knowledge_cards.c.created_at,
+            ).outerjoin(app_knowledge_cards, app_knowledge_cards.c.scrap_id == app_scraps.c.id)
         ).all()
         firsts = conn.execute(
-            select(first_job.c.target_id, first_job.c.job_type, first.c.id, first.c.error_message)
-            .join(first, and_(first.c.id == first_job.c.job_id))
+            select(
+                first_job.c.target_id, first_job.c.job_type, first.c.id, first.c.error_message
+            ).join(first, and_(first.c.id == first_job.c.job_id))
         ).all()
     first_of = {(target, job_type): (job_id, error) for target, job_type, job_id, error in firsts}
     rows = []
     for scrap_id, saved, refined, refined_at, card_at in scraps:
-        for result, job_type, done_at in (("refinement", SCRAP_REFINE, refined_at if refined else None),
-                                          ("card", CARD_ANALYSIS, card_at)):
+        for result, job_type, done_at in (
+            ("refinement", SCRAP_REFINE, refined_at if refined else None),
+            ("card", CARD_ANALYSIS, card_at),
+        ):
             job_id, error = first_of.get((scrap_id, job_type), (None, None))
             failed_call = bool(error and "sandbox fault" in error)
             if scrap_id in app_deaths:
@@ -186,24 +246,46 @@ def heal_seconds(engine: Engine, load: LoadReport, faults: Faults) -> pd.DataFra
                 cause = FAILED_CALL
             else:
                 cause = "healthy"
-            seconds = (pd.Timestamp(done_at) - pd.Timestamp(saved)).total_seconds() if done_at is not None else None
-            rows.append({"scrap_id": scrap_id, "result": result, "cause": cause, "seconds": seconds})
+            seconds = (
+                (pd.Timestamp(done_at) - pd.Timestamp(saved)).total_seconds()
+                if done_at is not None
+                else None
+            )
+            rows.append(
+                {"scrap_id": scrap_id, "result": result, "cause": cause, "seconds": seconds}
+            )
     return pd.DataFrame(rows, columns=["scrap_id", "result", "cause", "seconds"])
 
 
 def unhealed_histories(engine: Engine, unhealed: pd.DataFrame) -> list[str]:
-    """For each result still missing: its target's jobs of that type (what a reader needs to see why)."""
+    """For each result still missing: its target's jobs of that type (what a reader needs to see
+    why)."""
     job_type = {"refinement": SCRAP_REFINE, "card": CARD_ANALYSIS}
     lines = []
     with engine.connect() as conn:
-        for scrap_id, result, cause in unhealed[["scrap_id", "result", "cause"]].itertuples(index=False):
+        for scrap_id, result, cause in unhealed[["scrap_id", "result", "cause"]].itertuples(
+            index=False
+        ):
             history = conn.execute(
-                select(jobs.c.id, jobs.c.status, jobs.c.created_at, jobs.c.updated_at, jobs.c.error_message)
-                .where(jobs.c.target_id == scrap_id, jobs.c.job_type == job_type[result]).order_by(jobs.c.id)
+                select(
+                    jobs.c.id,
+                    jobs.c.status,
+                    jobs.c.created_at,
+                    jobs.c.updated_at,
+                    jobs.c.error_message,
+                )
+                .where(jobs.c.target_id == scrap_id, jobs.c.job_type == job_type[result])
+                .order_by(jobs.c.id)
             ).all()
-            lines.append(f"unhealed: scrap {scrap_id} {result} ({cause}): " + "; ".join(
-                f"job {j.id} {j.status} created {j.created_at:%H:%M:%S} updated {j.updated_at:%H:%M:%S}"
-                f"{' (' + j.error_message[:60] + ')' if j.error_message else ''}" for j in history))
+            lines.append(
+                f"unhealed: scrap {scrap_id} {result} ({cause}): "
+                + "; ".join(
+                    f"job {j.id} {j.status} created {j.created_at:%H:%M:%S} updated "
+                    f"{j.updated_at:%H:%M:%S}"
+                    f"{' (' + j.error_message[:60] + ')' if j.error_message else ''}"
+                    for j in history
+                )
+            )
     return lines
 
 
@@ -211,7 +293,9 @@ def unhealed_histories(engine: Engine, unhealed: pd.DataFrame) -> list[str]:
 class LaneRuns:
     runs: int
     requested_with_nothing_found: int  # the sensor requested a run although its probe found nothing
-    healed_nothing: int  # the probe found work, which was gone by the run (a worker took the job meanwhile)
+    healed_nothing: (
+        int  # the probe found work, which was gone by the run (a worker took the job meanwhile)
+    )
     request_to_end_seconds: list[float]
 
 
@@ -227,17 +311,28 @@ def fast_heal_runs(home: Path) -> LaneRuns:
         for asset in ("fast_lane_reannouncements", "fast_lane_retries"):
             for record in instance.fetch_materializations(AssetKey(asset), limit=10_000).records:
                 metadata = record.asset_materialization.metadata
-                detected[record.run_id] = detected.get(record.run_id, 0) + metadata["detected"].value
+                detected[record.run_id] = (
+                    detected.get(record.run_id, 0) + metadata["detected"].value
+                )
         return LaneRuns(
             runs=len(records),
-            requested_with_nothing_found=sum(int(r.dagster_run.tags.get(FOUND_TAG, "0")) == 0 for r in records),
+            requested_with_nothing_found=sum(
+                int(r.dagster_run.tags.get(FOUND_TAG, "0")) == 0 for r in records
+            ),
             healed_nothing=sum(detected.get(r.dagster_run.run_id, 0) == 0 for r in records),
-            request_to_end_seconds=[r.end_time - r.create_timestamp.timestamp() for r in records if r.end_time],
+            request_to_end_seconds=[
+                r.end_time - r.create_timestamp.timestamp() for r in records if r.end_time
+            ],
         )
 
 
-def run_experiment(database_url: str, engine: Engine, settings: ExperimentSettings = ExperimentSettings(),
-                   workdir: Path | None = None, report=print) -> Figures:
+def run_experiment(
+    database_url: str,
+    engine: Engine,
+    settings: ExperimentSettings = ExperimentSettings(),
+    workdir: Path | None = None,
+    report=print,
+) -> Figures:
     """Save scraps for `save_minutes` while the worker works (and fails), with the daemon
     healing; then wait until every result is there or `heal_deadline_minutes` pass."""
     workdir = workdir or Path(tempfile.mkdtemp(prefix="time_to_heal_"))
@@ -259,7 +354,14 @@ def run_experiment(database_url: str, engine: Engine, settings: ExperimentSettin
             next_report = started + 60
             while time.monotonic() < deadline:
                 if time.monotonic() < save_until:
-                    saved = save_scraps(engine, dispatcher, count=1, users=settings.users, faults=settings.faults, rng=rng)
+                    saved = save_scraps(
+                        engine,
+                        dispatcher,
+                        count=1,
+                        users=settings.users,
+                        faults=settings.faults,
+                        rng=rng,
+                    )
                     for name in ("scraps", "app_deaths", "poison", "jobs"):
                         setattr(load, name, getattr(load, name) + getattr(saved, name))
                     load.app_death_scrap_ids += saved.app_death_scrap_ids
@@ -270,9 +372,15 @@ def run_experiment(database_url: str, engine: Engine, settings: ExperimentSettin
                 if time.monotonic() >= next_report:
                     next_report += 60
                     so_far = heal_seconds(engine, load, settings.faults)
-                    report(f"  {(time.monotonic() - started) / 60:.0f} min: {load.scraps} scraps saved, "
-                           f"{so_far['seconds'].isna().sum()} results still missing")
-                if time.monotonic() >= save_until and heal_seconds(engine, load, settings.faults)["seconds"].notna().all():
+                    report(
+                        f"  {(time.monotonic() - started) / 60:.0f} min: {load.scraps} scraps "
+                        "saved, "
+                        f"{so_far['seconds'].isna().sum()} results still missing"
+                    )
+                if (
+                    time.monotonic() >= save_until
+                    and heal_seconds(engine, load, settings.faults)["seconds"].notna().all()
+                ):
                     break
         finally:
             stop(daemon)
@@ -281,14 +389,25 @@ def run_experiment(database_url: str, engine: Engine, settings: ExperimentSettin
     request_to_end = lane.request_to_end_seconds
     seconds = heal_seconds(engine, load, settings.faults)
     figures = Figures(
-        heal_seconds=seconds, worker=stats, load=load, max_active_per_target=max_active,
-        max_announcements_per_job=max(worker.deliveries.values(), default=0), lane=lane, wall_minutes=(time.monotonic() - started) / 60,
+        heal_seconds=seconds,
+        worker=stats,
+        load=load,
+        max_active_per_target=max_active,
+        max_announcements_per_job=max(worker.deliveries.values(), default=0),
+        lane=lane,
+        wall_minutes=(time.monotonic() - started) / 60,
         grace_minutes=settings.grace_minutes,
-        notes=[f"grace (SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES): {settings.grace_minutes} min; faults: "
-               f"{settings.faults.model_dump()}",
-               "fast_heal_job request -> end, seconds: " + (
-                   f"p50 {pd.Series(request_to_end).median():.1f}, max {max(request_to_end):.1f}" if request_to_end else "-"),
-               *unhealed_histories(engine, seconds[seconds["seconds"].isna()])],
+        notes=[
+            f"grace (SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES): {settings.grace_minutes} min; faults: "
+            f"{settings.faults.model_dump()}",
+            "fast_heal_job request -> end, seconds: "
+            + (
+                f"p50 {pd.Series(request_to_end).median():.1f}, max {max(request_to_end):.1f}"
+                if request_to_end
+                else "-"
+            ),
+            *unhealed_histories(engine, seconds[seconds["seconds"].isna()]),
+        ],
     )
     shutil.rmtree(workdir, ignore_errors=True)
     return figures

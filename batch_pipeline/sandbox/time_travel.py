@@ -17,7 +17,8 @@ def shifted(dialect: str, column: str) -> str:
     if dialect == "postgresql":
         return f"{column} - make_interval(secs => :seconds)"
     # SQLite keeps 'YYYY-MM-DD HH:MM:SS.ffffff' text: shift the whole seconds, keep the fraction.
-    return f"strftime('%Y-%m-%d %H:%M:%S', {column}, '-' || :seconds || ' seconds') || substr({column}, 20)"
+    shifted_seconds = f"strftime('%Y-%m-%d %H:%M:%S', {column}, '-' || :seconds || ' seconds')"
+    return f"{shifted_seconds} || substr({column}, 20)"
 
 
 def age_database(engine: Engine, by: timedelta) -> None:
@@ -28,5 +29,7 @@ def age_database(engine: Engine, by: timedelta) -> None:
         raise ValueError("time travel goes back only: `by` must be positive")
     with engine.begin() as conn:
         for table, columns in TIMESTAMP_COLUMNS.items():
-            assignments = ", ".join(f"{column} = {shifted(engine.dialect.name, column)}" for column in columns)
+            assignments = ", ".join(
+                f"{column} = {shifted(engine.dialect.name, column)}" for column in columns
+            )
             conn.execute(text(f"UPDATE {table} SET {assignments}"), {"seconds": seconds})

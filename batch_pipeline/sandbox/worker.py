@@ -26,15 +26,27 @@ from datetime import date
 from sqlalchemy import and_, exists, select, update
 from sqlalchemy.engine import Connection, Engine
 
-from batch_pipeline.sandbox import ai
-from batch_pipeline.sandbox.app_schema import app_daily_summaries, app_knowledge_cards, app_scraps, require_sandbox
-from batch_pipeline.sandbox.events import JobEvents
-from batch_pipeline.sandbox.faults import Faults
 from batch_pipeline.san.database import utc_now
 from batch_pipeline.san.schema import (
-    CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, SCRAP_REFINE, TIL_GENERATION, jobs,
+    CARD_ANALYSIS,
+    COMPLETED,
+    FAILED,
+    PENDING,
+    PROCESSING,
+    SCRAP_REFINE,
+    TIL_GENERATION,
+    jobs,
 )
 from batch_pipeline.san.timezone import san_timezone_name
+from batch_pipeline.sandbox import ai
+from batch_pipeline.sandbox.app_schema import (
+    app_daily_summaries,
+    app_knowledge_cards,
+    app_scraps,
+    require_sandbox,
+)
+from batch_pipeline.sandbox.events import JobEvents
+from batch_pipeline.sandbox.faults import Faults
 from batch_pipeline.til.auto_generation import day_bounds
 
 
@@ -49,8 +61,11 @@ class WorkerStats:
     died: int = 0  # the worker died mid-job (fault): the job stays PROCESSING
     held_slow: int = 0  # claimed, finished only later (fault)
     late_results: int = 0  # finished after recovery closed the job: result kept, job not completed
-    results_already_there: int = 0  # the idempotent write found the result in place: nothing doubled
-    lost_job_ids: list = field(default_factory=list)  # pg_notify reaches every listener: dedup by id
+    results_already_there: int = (
+        0  # the idempotent write found the result in place: nothing doubled
+    )
+    # pg_notify reaches every listener: dedup by id
+    lost_job_ids: list = field(default_factory=list)
 
     def add(self, other: "WorkerStats") -> "WorkerStats":
         for f in fields(self):
@@ -69,7 +84,8 @@ class WorkerStats:
 def claim_job(conn: Connection, job_id: int, now) -> tuple[str, int] | None:
     """Contract step 1: PENDING -> PROCESSING, or None if the job is not ours to run."""
     row = conn.execute(
-        update(jobs).where(jobs.c.id == job_id, jobs.c.status == PENDING)
+        update(jobs)
+        .where(jobs.c.id == job_id, jobs.c.status == PENDING)
         .values(status=PROCESSING, started_at=now, updated_at=now)
         .returning(jobs.c.job_type, jobs.c.target_id)
     ).first()
@@ -79,7 +95,8 @@ def claim_job(conn: Connection, job_id: int, now) -> tuple[str, int] | None:
 def finish_job(conn: Connection, job_id: int, status: str, now, error: str | None = None) -> bool:
     """Contract step 3: end the job only if it is still the live attempt (PROCESSING)."""
     result = conn.execute(
-        update(jobs).where(jobs.c.id == job_id, jobs.c.status == PROCESSING)
+        update(jobs)
+        .where(jobs.c.id == job_id, jobs.c.status == PROCESSING)
         .values(status=status, finished_at=now, updated_at=now, error_message=error)
     )
     return result.rowcount == 1
@@ -91,7 +108,9 @@ def insert_or_ignore(conn: Connection, table, values: dict, unique_column: str) 
         from sqlalchemy.dialects.postgresql import insert
     else:
         from sqlalchemy.dialects.sqlite import insert
-    statement = insert(table).values(**values).on_conflict_do_nothing(index_elements=[unique_column])
+    statement = (
+        insert(table).values(**values).on_conflict_do_nothing(index_elements=[unique_column])
+    )
     return conn.execute(statement).rowcount == 1
 
 
@@ -105,15 +124,24 @@ class TargetMissing(RuntimeError):
 class ReferenceWorker:
     """One SAN worker. `drain()` handles every announced job until the channel is quiet."""
 
-    def __init__(self, engine: Engine, events: JobEvents, faults: Faults = Faults(), timezone: str | None = None):
+    def __init__(
+        self,
+        engine: Engine,
+        events: JobEvents,
+        faults: Faults = Faults(),
+        timezone: str | None = None,
+    ):
         require_sandbox(engine)  # it claims and completes jobs: never a real SAN's
         self.engine, self.events, self.faults = engine, events, faults
         self.timezone = timezone or san_timezone_name()
         self.stats = WorkerStats()
         self.deliveries: dict[int, int] = {}  # job id -> announcements heard
         self._first_jobs: dict[int, bool] = {}  # job id -> is its target's first job of its type
-        self.slow_delay_s = 0.0  # drain() finishes slow jobs at its next call; run_for() sets a delay
-        self._slow: deque[tuple[float, int, str, int]] = deque()  # (due, job_id, job_type, target_id)
+        self.slow_delay_s = (
+            0.0  # drain() finishes slow jobs at its next call; run_for() sets a delay
+        )
+        # (due, job_id, job_type, target_id)
+        self._slow: deque[tuple[float, int, str, int]] = deque()
 
     # -- the loop -------------------------------------------------------------------------
     def drain(self, idle_s: float = 0.3, reset: bool = True) -> WorkerStats:
@@ -133,7 +161,11 @@ class ReferenceWorker:
         outage polls for them, no announcement needed (so no event can be lost)."""
         order = jobs.c.id.desc() if newest_first else jobs.c.id
         with self.engine.connect() as conn:
-            backlog = conn.execute(select(jobs.c.id).where(jobs.c.status == PENDING).order_by(order)).scalars().all()
+            backlog = (
+                conn.execute(select(jobs.c.id).where(jobs.c.status == PENDING).order_by(order))
+                .scalars()
+                .all()
+            )
         for job_id in backlog:
             self.handle(job_id, announced=False)
         return len(backlog)
@@ -160,7 +192,11 @@ class ReferenceWorker:
         if announced:
             self.deliveries[job_id] = self.deliveries.get(job_id, 0) + 1
         delivery = self.deliveries.get(job_id, 0)
-        if announced and self.faults.announcement_lost(job_id, delivery) and (delivery > 1 or self.strikes(job_id)):
+        if (
+            announced
+            and self.faults.announcement_lost(job_id, delivery)
+            and (delivery > 1 or self.strikes(job_id))
+        ):
             self.stats.lost_events += 1
             self.stats.lost_job_ids.append(job_id)
             return
@@ -187,8 +223,13 @@ class ReferenceWorker:
             return True
         if job_id not in self._first_jobs:
             earlier = jobs.alias("earlier")
-            query = select(~exists().where(earlier.c.job_type == jobs.c.job_type, earlier.c.target_id == jobs.c.target_id,
-                                           earlier.c.id < jobs.c.id)).where(jobs.c.id == job_id)
+            query = select(
+                ~exists().where(
+                    earlier.c.job_type == jobs.c.job_type,
+                    earlier.c.target_id == jobs.c.target_id,
+                    earlier.c.id < jobs.c.id,
+                )
+            ).where(jobs.c.id == job_id)
             with self.engine.connect() as conn:
                 self._first_jobs[job_id] = bool(conn.execute(query).scalar())
         return self._first_jobs[job_id]
@@ -226,8 +267,11 @@ class ReferenceWorker:
         """Read what the AI needs; return the AI call to make (a closure)."""
         if job_type in (SCRAP_REFINE, CARD_ANALYSIS):
             scrap = conn.execute(
-                select(app_scraps.c.user_id, app_scraps.c.original_content, app_scraps.c.refined_content)
-                .where(app_scraps.c.id == target_id)
+                select(
+                    app_scraps.c.user_id,
+                    app_scraps.c.original_content,
+                    app_scraps.c.refined_content,
+                ).where(app_scraps.c.id == target_id)
             ).first()
             if scrap is None:
                 raise TargetMissing(f"scrap {target_id} does not exist")
@@ -237,8 +281,9 @@ class ReferenceWorker:
             return lambda: (scrap.user_id, ai.analyse(text))
         if job_type == TIL_GENERATION:
             summary = conn.execute(
-                select(app_daily_summaries.c.user_id, app_daily_summaries.c.target_date)
-                .where(app_daily_summaries.c.id == target_id)
+                select(app_daily_summaries.c.user_id, app_daily_summaries.c.target_date).where(
+                    app_daily_summaries.c.id == target_id
+                )
             ).first()
             if summary is None:
                 raise TargetMissing(f"daily summary {target_id} does not exist")
@@ -248,30 +293,58 @@ class ReferenceWorker:
 
     def card_titles_of_day(self, conn: Connection, user_id: int, day: date) -> list[str]:
         start, end = day_bounds(day, self.timezone)
-        return list(conn.execute(
-            select(app_knowledge_cards.c.title)
-            .join(app_scraps, app_scraps.c.id == app_knowledge_cards.c.scrap_id)
-            .where(app_scraps.c.user_id == user_id, app_scraps.c.created_at >= start, app_scraps.c.created_at < end)
-            .order_by(app_knowledge_cards.c.id)
-        ).scalars())
+        return list(
+            conn.execute(
+                select(app_knowledge_cards.c.title)
+                .join(app_scraps, app_scraps.c.id == app_knowledge_cards.c.scrap_id)
+                .where(
+                    app_scraps.c.user_id == user_id,
+                    app_scraps.c.created_at >= start,
+                    app_scraps.c.created_at < end,
+                )
+                .order_by(app_knowledge_cards.c.id)
+            ).scalars()
+        )
 
     def write_result(self, conn: Connection, job_type: str, target_id: int, result) -> bool:
         """Contract step 3, the result: idempotent. True if this call wrote it."""
         now = utc_now()
         if job_type == SCRAP_REFINE:
-            return conn.execute(
-                update(app_scraps)
-                .where(and_(app_scraps.c.id == target_id, app_scraps.c.refined_content.is_(None)))
-                .values(refined_content=result, updated_at=now)
-            ).rowcount == 1
+            return (
+                conn.execute(
+                    update(app_scraps)
+                    .where(
+                        and_(app_scraps.c.id == target_id, app_scraps.c.refined_content.is_(None))
+                    )
+                    .values(refined_content=result, updated_at=now)
+                ).rowcount
+                == 1
+            )
         if job_type == CARD_ANALYSIS:
             user_id, card = result
-            return insert_or_ignore(conn, app_knowledge_cards, {
-                "scrap_id": target_id, "user_id": user_id, "title": card.title, "summary": card.summary,
-                "embedding": card.embedding, "created_at": now,
-            }, unique_column="scrap_id")
-        return conn.execute(
-            update(app_daily_summaries)
-            .where(and_(app_daily_summaries.c.id == target_id, app_daily_summaries.c.content.is_(None)))
-            .values(content=result)
-        ).rowcount == 1
+            return insert_or_ignore(
+                conn,
+                app_knowledge_cards,
+                {
+                    "scrap_id": target_id,
+                    "user_id": user_id,
+                    "title": card.title,
+                    "summary": card.summary,
+                    "embedding": card.embedding,
+                    "created_at": now,
+                },
+                unique_column="scrap_id",
+            )
+        return (
+            conn.execute(
+                update(app_daily_summaries)
+                .where(
+                    and_(
+                        app_daily_summaries.c.id == target_id,
+                        app_daily_summaries.c.content.is_(None),
+                    )
+                )
+                .values(content=result)
+            ).rowcount
+            == 1
+        )

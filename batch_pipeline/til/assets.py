@@ -10,7 +10,9 @@ def til_asset(partitions: DailyPartitionsDefinition) -> AssetSpec:
         AREA,
         group_name="san_til",
         partitions_def=partitions,
-        description="Daily TILs: for day D, a DailySummary and a TIL_GENERATION job per user with cards "
-        "from D. Metadata: active users, summaries and jobs created (with ids), users still waiting "
+        description="Daily TILs: for day D, a DailySummary and a TIL_GENERATION job per user with "
+        "cards "
+        "from D. Metadata: active users, summaries and jobs created (with ids), users still "
+        "waiting "
         "for cards, and D's bounds in UTC.",
     )

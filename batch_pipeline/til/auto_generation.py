@@ -1,4 +1,5 @@
-"""TIL auto-generation: every user with cards from day D -> new DailySummary + enqueue(TIL_GENERATION).
+"""TIL auto-generation: every user with cards from day D -> new DailySummary +
+enqueue(TIL_GENERATION).
 
 Active users of D: users with at least one scrap created during D (00:00 to 24:00 in SAN's time
 zone) that has a knowledge card, whenever the card itself was made; a scrap saved at 23:59 whose
@@ -13,7 +14,7 @@ already did and skips them.
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import pandas as pd
@@ -22,17 +23,25 @@ from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.san.audit import capped_ids
 from batch_pipeline.san.database import WriteLimits
+from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.enqueue import BatchWritten, JobSource, enqueue, run_in_batches
 from batch_pipeline.san.frames import INT, FrameSchema
-from batch_pipeline.san.dialects import dialect
-from batch_pipeline.san.schema import TIL_GENERATION, daily_summaries, jobs, knowledge_cards, scraps, users
+from batch_pipeline.san.schema import (
+    TIL_GENERATION,
+    daily_summaries,
+    jobs,
+    knowledge_cards,
+    scraps,
+    users,
+)
 
 AREA = "til_auto_generation"
 
 USERS_OF_DAY = FrameSchema(
     name="TilUsersOfDay",
-    description="Every user with scraps created on day D: how many, and how many of them have a card.",
+    description="Every user with scraps created on day D: how many, and how many of them have a "
+    "card.",
     columns={"user_id": INT, "scrap_count": INT, "card_count": INT},
 )
 
@@ -48,7 +57,7 @@ def day_bounds(day: date, zone: str) -> tuple[datetime, datetime]:
     tz = ZoneInfo(zone)
     start = datetime.combine(day, time(0), tzinfo=tz)
     end = datetime.combine(day + timedelta(days=1), time(0), tzinfo=tz)
-    return start.astimezone(timezone.utc), end.astimezone(timezone.utc)
+    return start.astimezone(UTC), end.astimezone(UTC)
 
 
 def users_of_day_query(start: datetime, end: datetime):
@@ -82,19 +91,29 @@ class SummariesOfDay:
 
 def summaries_of_day(conn: Connection, day: date, run_started_at: datetime) -> SummariesOfDay:
     this_run = (daily_summaries.c.created_at == run_started_at).label("this_run")
-    rows = conn.execute(select(daily_summaries.c.user_id, daily_summaries.c.id, this_run)
-                        .where(daily_summaries.c.target_date == day)).all()
-    return SummariesOfDay(done_in_run={user: summary for user, summary, ours in rows if ours},
-                          users_with_an_earlier_til={user for user, _summary, ours in rows if not ours})
+    rows = conn.execute(
+        select(daily_summaries.c.user_id, daily_summaries.c.id, this_run).where(
+            daily_summaries.c.target_date == day
+        )
+    ).all()
+    return SummariesOfDay(
+        done_in_run={user: summary for user, summary, ours in rows if ours},
+        users_with_an_earlier_til={user for user, _summary, ours in rows if not ours},
+    )
 
 
 def jobs_of_summaries(conn: Connection, summary_ids: Sequence[int]) -> list[int]:
     """The TIL_GENERATION job each summary was created with (its first one)."""
     if not summary_ids:
         return []
-    query = (select(func.min(jobs.c.id)).where(jobs.c.job_type == TIL_GENERATION,
-                                              dialect(conn).id_in(jobs.c.target_id, list(summary_ids)))
-             .group_by(jobs.c.target_id))
+    query = (
+        select(func.min(jobs.c.id))
+        .where(
+            jobs.c.job_type == TIL_GENERATION,
+            dialect(conn).id_in(jobs.c.target_id, list(summary_ids)),
+        )
+        .group_by(jobs.c.target_id)
+    )
     return sorted(conn.execute(query).scalars())
 
 
@@ -108,11 +127,19 @@ def summaries_source(user_ids: Sequence[int], day: date, run_started_at: datetim
     a KEY SHARE lock per user would dirty every user row of the batch a second time, the foreign
     key check locks them anyway; a delete committed within the insert statement itself still
     fails its batch, which the step's retry then writes without that user.)"""
-    values = {"constants": {"target_date": day, "created_at": run_started_at},
-              "id_columns": {"user_id": list(user_ids)}, "returning": ["id", "user_id"],
-              "referenced": {"user_id": users.c.id}}
-    return JobSource(job_type=TIL_GENERATION, inserts=(daily_summaries, values), returned=("id", "user_id"),
-                     target_column="id", creates_targets=True)
+    values = {
+        "constants": {"target_date": day, "created_at": run_started_at},
+        "id_columns": {"user_id": list(user_ids)},
+        "returning": ["id", "user_id"],
+        "referenced": {"user_id": users.c.id},
+    }
+    return JobSource(
+        job_type=TIL_GENERATION,
+        inserts=(daily_summaries, values),
+        returned=("id", "user_id"),
+        target_column="id",
+        creates_targets=True,
+    )
 
 
 @dataclass(frozen=True)
@@ -123,12 +150,21 @@ class TilBatch:
 
 
 def create_batch(
-    conn: Connection, user_ids: Sequence[int], day: date, run_started_at: datetime, now: datetime,
+    conn: Connection,
+    user_ids: Sequence[int],
+    day: date,
+    run_started_at: datetime,
+    now: datetime,
     notify_channel: str | None = None,
 ) -> BatchWritten[TilBatch]:
     """One transaction: the summaries and their TIL_GENERATION jobs, for the users still there."""
-    outcome = enqueue(conn, summaries_source(user_ids, day, run_started_at), now=now, max_attempts=0,
-                      notify_channel=notify_channel)
+    outcome = enqueue(
+        conn,
+        summaries_source(user_ids, day, run_started_at),
+        now=now,
+        max_attempts=0,
+        notify_channel=notify_channel,
+    )
     summaries = [(row["id"], row["user_id"]) for row in outcome.source_rows]
     kept = {user_id for _summary, user_id in summaries}
     gone = [user_id for user_id in user_ids if user_id not in kept]
@@ -151,7 +187,8 @@ class TilReport:
     announce_failures: int = 0
     summary_ids: list[int] = field(default_factory=list)
     job_ids: list[int] = field(default_factory=list)
-    users_gone: list[int] = field(default_factory=list)  # deleted by the app between detection and write
+    # deleted by the app between detection and write
+    users_gone: list[int] = field(default_factory=list)
 
     def metadata(self) -> dict:
         return {
@@ -160,11 +197,17 @@ class TilReport:
             "jobs_created": self.jobs_created,
             "users_waiting_for_cards": self.users_waiting_for_cards,
             "already_done_in_run": self.already_done_in_run,
-            **({} if self.users_with_an_earlier_til is None else {"users_with_an_earlier_til": self.users_with_an_earlier_til}),
+            **(
+                {}
+                if self.users_with_an_earlier_til is None
+                else {"users_with_an_earlier_til": self.users_with_an_earlier_til}
+            ),
             "announce_failures": self.announce_failures,
             "dry_run": self.dry_run,
             "users_gone": len(self.users_gone),
-            **capped_ids(summary_ids=self.summary_ids, job_ids=self.job_ids, users_gone_ids=self.users_gone),
+            **capped_ids(
+                summary_ids=self.summary_ids, job_ids=self.job_ids, users_gone_ids=self.users_gone
+            ),
             # Every summary of this run, whatever the cap: target_date = day AND created_at = this.
             "summaries_created_at": self.run_started_at.isoformat(),
             "day_start_utc": self.day_start_utc.isoformat(),
@@ -196,8 +239,13 @@ def create_daily_tils(
     dry runs and backfills ask for it)."""
     active = users[users["card_count"] > 0]["user_id"].tolist()
     report = TilReport(
-        day=day, day_start_utc=bounds[0], day_end_utc=bounds[1], dry_run=dry_run, run_started_at=run_started_at,
-        active_users=len(active), users_waiting_for_cards=int((users["card_count"] == 0).sum()),
+        day=day,
+        day_start_utc=bounds[0],
+        day_end_utc=bounds[1],
+        dry_run=dry_run,
+        run_started_at=run_started_at,
+        active_users=len(active),
+        users_waiting_for_cards=int((users["card_count"] == 0).sum()),
     )
     done: dict[int, int] = {}
     earlier_jobs: list[int] = []
@@ -215,12 +263,20 @@ def create_daily_tils(
         return report
 
     results, batches = run_in_batches(
-        engine, dispatcher, todo, batch_size,
-        lambda conn, batch: create_batch(conn, batch, day, run_started_at, now, dispatcher.statement_channel),
+        engine,
+        dispatcher,
+        todo,
+        batch_size,
+        lambda conn, batch: create_batch(
+            conn, batch, day, run_started_at, now, dispatcher.statement_channel
+        ),
         limits,
     )
-    # The audit covers every attempt: what an earlier one committed before it failed, then this one's.
-    report.summary_ids = sorted(done.values()) + [summary_id for batch in results for summary_id, _user in batch.summaries]
+    # The audit covers every attempt: what an earlier one committed before it failed, then this
+    # one's.
+    report.summary_ids = sorted(done.values()) + [
+        summary_id for batch in results for summary_id, _user in batch.summaries
+    ]
     report.job_ids = earlier_jobs + [job.job_id for batch in results for job in batch.jobs]
     report.users_gone = [user_id for batch in results for user_id in batch.users_gone]
     report.summaries_created = len(report.summary_ids)

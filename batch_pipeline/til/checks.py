@@ -40,30 +40,50 @@ def til_coverage_check(partitions: DailyPartitionsDefinition):
     # partitioned asset checks are preview and a checks-only job cannot carry their partition, so
     # the day travels in a run tag instead.
     @asset_check(
-        asset=AREA, name="til_coverage",
-        description="Every active user of D has a summary for D; no summary of D waits more than 2 h for its TIL.",
+        asset=AREA,
+        name="til_coverage",
+        description="Every active user of D has a summary for D; no summary of D waits more than 2 "
+        "h for its TIL.",
     )
-    def til_coverage(context: AssetCheckExecutionContext, san_database: SanDatabase) -> AssetCheckResult:
+    def til_coverage(
+        context: AssetCheckExecutionContext, san_database: SanDatabase
+    ) -> AssetCheckResult:
         key = checked_day(context)
         if key is None:
-            return AssetCheckResult(passed=True, description="no TIL partition materialized yet", metadata={"day": ""})
+            return AssetCheckResult(
+                passed=True, description="no TIL partition materialized yet", metadata={"day": ""}
+            )
         day = date.fromisoformat(key)
         with read_transaction(san_database.get_engine()) as conn:
             users = detect_users_of_day(conn, *day_bounds(day, partitions.timezone))
             active = set(users[users["card_count"] > 0]["user_id"].tolist())
             of_day = daily_summaries.c.target_date == day
-            with_summary = set(conn.execute(select(daily_summaries.c.user_id).where(of_day)).scalars())
-            waiting = conn.execute(
-                select(daily_summaries.c.id).where(and_(
-                    of_day, daily_summaries.c.content.is_(None), daily_summaries.c.created_at < database_now(conn) - TIL_WAIT_LIMIT,
-                )).order_by(daily_summaries.c.id)
-            ).scalars().all()
+            with_summary = set(
+                conn.execute(select(daily_summaries.c.user_id).where(of_day)).scalars()
+            )
+            waiting = (
+                conn.execute(
+                    select(daily_summaries.c.id)
+                    .where(
+                        and_(
+                            of_day,
+                            daily_summaries.c.content.is_(None),
+                            daily_summaries.c.created_at < database_now(conn) - TIL_WAIT_LIMIT,
+                        )
+                    )
+                    .order_by(daily_summaries.c.id)
+                )
+                .scalars()
+                .all()
+            )
         missing = sorted(active - with_summary)
         problems = []
         if missing:
             problems.append(f"{len(missing)} active users of {day} have no summary")
         if waiting:
-            problems.append(f"{len(waiting)} summaries of {day} have waited more than 2 h for their TIL")
+            problems.append(
+                f"{len(waiting)} summaries of {day} have waited more than 2 h for their TIL"
+            )
         return AssetCheckResult(
             passed=not problems,
             severity=AssetCheckSeverity.WARN,

@@ -1,6 +1,13 @@
 """til_auto_generation_job: runTilAutoGeneration() for one day partition."""
 
-from dagster import AssetChecksDefinition, AssetSelection, DailyPartitionsDefinition, JobDefinition, define_asset_job, job
+from dagster import (
+    AssetChecksDefinition,
+    AssetSelection,
+    DailyPartitionsDefinition,
+    JobDefinition,
+    define_asset_job,
+    job,
+)
 
 from batch_pipeline.til.ops import check_san_database_for_til, create_daily_tils, detect_til_users
 
@@ -10,7 +17,8 @@ def build_til_job(partitions: DailyPartitionsDefinition) -> JobDefinition:
         name="til_auto_generation_job",
         partitions_def=partitions,
         tags={"dagster/max_runtime": "7200"},  # run monitoring cancels a run stuck longer
-        description="For every user active on day D: a new DailySummary and an enqueued TIL_GENERATION job.",
+        description="For every user active on day D: a new DailySummary and an enqueued "
+        "TIL_GENERATION job.",
     )
     def til_auto_generation_job():
         settings = check_san_database_for_til.alias("check_san_database")()
@@ -20,8 +28,10 @@ def build_til_job(partitions: DailyPartitionsDefinition) -> JobDefinition:
 
 
 def build_til_checks_job(til_coverage: AssetChecksDefinition):
-    """til_coverage for one day (run tag batch_pipeline/til_day), run by til/sensors.py after every TIL run."""
+    """til_coverage for one day (run tag batch_pipeline/til_day), run by til/sensors.py after every
+    TIL run."""
     return define_asset_job(
-        "til_checks_job", selection=AssetSelection.checks(til_coverage),
+        "til_checks_job",
+        selection=AssetSelection.checks(til_coverage),
         description="til_coverage for one day partition.",
     )

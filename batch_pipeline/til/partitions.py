@@ -16,16 +16,21 @@ class TilPartitionsConfigError(ValueError):
 
 
 def first_til_day(today: date | None = None) -> date:
-    """SAN_TIL_FIRST_DAY (YYYY-MM-DD, not in the future), default FIRST_TIL_DAY; else an error at load."""
+    """SAN_TIL_FIRST_DAY (YYYY-MM-DD, not in the future), default FIRST_TIL_DAY; else an error at
+    load."""
     raw = (os.environ.get("SAN_TIL_FIRST_DAY") or "").strip()
     if not raw:
         return FIRST_TIL_DAY
     try:
         day = date.fromisoformat(raw)
     except ValueError:
-        raise TilPartitionsConfigError(f"SAN_TIL_FIRST_DAY={raw!r} is not a date YYYY-MM-DD (the first TIL day partition)") from None
+        raise TilPartitionsConfigError(
+            f"SAN_TIL_FIRST_DAY={raw!r} is not a date YYYY-MM-DD (the first TIL day partition)"
+        ) from None
     if day > (today or date.today()):
-        raise TilPartitionsConfigError(f"SAN_TIL_FIRST_DAY={raw!r} is in the future: there would be no TIL day to run")
+        raise TilPartitionsConfigError(
+            f"SAN_TIL_FIRST_DAY={raw!r} is in the future: there would be no TIL day to run"
+        )
     return day
 
 

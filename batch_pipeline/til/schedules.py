@@ -4,7 +4,12 @@
 partitioned schedule targets the last complete day, so the 03:00 tick of D+1 runs D.
 """
 
-from dagster import DefaultScheduleStatus, JobDefinition, ScheduleDefinition, build_schedule_from_partitioned_job
+from dagster import (
+    DefaultScheduleStatus,
+    JobDefinition,
+    ScheduleDefinition,
+    build_schedule_from_partitioned_job,
+)
 
 TIL_HOUR = 3
 

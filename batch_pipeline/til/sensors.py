@@ -1,6 +1,13 @@
 """Run til_coverage for the day after every successful TIL run of that day."""
 
-from dagster import DagsterRunStatus, DefaultSensorStatus, JobDefinition, RunRequest, RunStatusSensorContext, run_status_sensor
+from dagster import (
+    DagsterRunStatus,
+    DefaultSensorStatus,
+    JobDefinition,
+    RunRequest,
+    RunStatusSensorContext,
+    run_status_sensor,
+)
 
 from batch_pipeline.til.checks import TIL_DAY_TAG
 
@@ -10,8 +17,11 @@ PARTITION_TAG = "dagster/partition"
 
 def til_checks_after_run(til_job: JobDefinition, til_checks_job):
     @run_status_sensor(
-        name="til_checks_after_run", run_status=DagsterRunStatus.SUCCESS, monitored_jobs=[til_job],
-        request_job=til_checks_job, default_status=DefaultSensorStatus.RUNNING,
+        name="til_checks_after_run",
+        run_status=DagsterRunStatus.SUCCESS,
+        monitored_jobs=[til_job],
+        request_job=til_checks_job,
+        default_status=DefaultSensorStatus.RUNNING,
         description="After each successful TIL run, checks that day's coverage.",
     )
     def sensor(context: RunStatusSensorContext):

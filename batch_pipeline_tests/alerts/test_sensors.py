@@ -37,18 +37,25 @@ def webhook(monkeypatch):
 
 
 def resources(url):
-    return {"san_database": SanDatabase(url=url), "job_dispatcher": JobDispatcherResource(kind="none")}
+    return {
+        "san_database": SanDatabase(url=url),
+        "job_dispatcher": JobDispatcherResource(kind="none"),
+    }
 
 
 def test_a_failed_run_is_posted_with_job_run_step_and_link(webhook):
     instance = DagsterInstance.ephemeral()
     result = defs.resolve_job_def("recovery_job").execute_in_process(
-        resources=resources("postgresql+psycopg://postgres@127.0.0.1:1/san"), instance=instance, raise_on_error=False,
+        resources=resources("postgresql+psycopg://postgres@127.0.0.1:1/san"),
+        instance=instance,
+        raise_on_error=False,
     )
     assert not result.success
     context = build_run_status_sensor_context(
-        sensor_name="run_failure_alert", dagster_event=result.get_run_failure_event(),
-        dagster_instance=instance, dagster_run=result.dagster_run,
+        sensor_name="run_failure_alert",
+        dagster_event=result.get_run_failure_event(),
+        dagster_instance=instance,
+        dagster_run=result.dagster_run,
     ).for_run_failure()
     defs.resolve_sensor_def("run_failure_alert")(context)
     [post] = webhook
@@ -60,10 +67,14 @@ def test_a_failed_run_is_posted_with_job_run_step_and_link(webhook):
 def run_checks_then_alert_sensor(url):
     """A recovery run (its checks are evaluated in it), then the alert sensor on that run."""
     instance = DagsterInstance.ephemeral()
-    result = defs.resolve_job_def("recovery_job").execute_in_process(resources=resources(url), instance=instance)
+    result = defs.resolve_job_def("recovery_job").execute_in_process(
+        resources=resources(url), instance=instance
+    )
     context = build_run_status_sensor_context(
-        sensor_name="asset_check_alert", dagster_event=result.get_run_success_event(),
-        dagster_instance=instance, dagster_run=result.dagster_run,
+        sensor_name="asset_check_alert",
+        dagster_event=result.get_run_success_event(),
+        dagster_instance=instance,
+        dagster_run=result.dagster_run,
     )
     defs.resolve_sensor_def("asset_check_alert")(context)
     return result
@@ -72,7 +83,11 @@ def run_checks_then_alert_sensor(url):
 def test_a_failed_asset_check_is_posted(webhook, pg_db):
     result = run_checks_then_alert_sensor(pg_db.url)
     [post] = webhook
-    assert "recovery_indexes" in post["text"] and "WARN" in post["text"] and "ghost_job_recovery" in post["text"]
+    assert (
+        "recovery_indexes" in post["text"]
+        and "WARN" in post["text"]
+        and "ghost_job_recovery" in post["text"]
+    )
     assert f"https://dagster.san.example/runs/{result.run_id}" in post["text"]
 
 

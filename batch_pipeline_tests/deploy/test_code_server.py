@@ -15,26 +15,55 @@ from batch_pipeline_tests.operations.test_production_instance import BIN, ROOT, 
 from batch_pipeline_tests.processes import free_port, launch_through_webserver, serving, wait_for
 
 
-def test_a_run_launched_through_the_webserver_runs_from_the_code_server(tmp_path, pg_db, dagster_pg_storage):
-    ghost = pg_db.job(CARD_ANALYSIS, pg_db.scrap(pg_db.user()), PENDING, created_at=pg_db.ago(hours=1))
+def test_a_run_launched_through_the_webserver_runs_from_the_code_server(
+    tmp_path, pg_db, dagster_pg_storage
+):
+    ghost = pg_db.job(
+        CARD_ANALYSIS, pg_db.scrap(pg_db.user()), PENDING, created_at=pg_db.ago(hours=1)
+    )
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(ROOT / "deploy" / "dagster.prod.yaml", home / "dagster.yaml")
     grpc_port, web_port = free_port(), free_port()
     storage = dagster_pg_storage
-    env = {**os.environ, **storage, "DAGSTER_HOME": str(home),
-           "DAGSTER_CODE_SERVER_HOST": "127.0.0.1", "DAGSTER_CODE_SERVER_PORT": str(grpc_port)}
+    env = {
+        **os.environ,
+        **storage,
+        "DAGSTER_HOME": str(home),
+        "DAGSTER_CODE_SERVER_HOST": "127.0.0.1",
+        "DAGSTER_CODE_SERVER_PORT": str(grpc_port),
+    }
     # Only the code server reads the SAN settings: the webserver and the daemon never load the code.
     code_env = {**env, "SAN_DATABASE_URL": pg_db.url, "SAN_JOB_DISPATCHER": "none"}
     for name in ("SAN_DATABASE_URL", "SAN_JOB_DISPATCHER"):
         env.pop(name, None)
-    DagsterInstance.from_config(str(home)).dispose()  # the storage schema, before three processes race for it
+    DagsterInstance.from_config(
+        str(home)
+    ).dispose()  # the storage schema, before three processes race for it
     workspace = str(ROOT / "deploy" / "workspace.yaml")
     log = open(tmp_path / "dagster.log", "w")
-    code_server = start([str(BIN / "dagster"), "code-server", "start", "-m", "batch_pipeline.definitions",
-                         "--host", "127.0.0.1", "--port", str(grpc_port), "--location-name", "batch_pipeline"],
-                        code_env, log)
-    webserver = start([str(BIN / "dagster-webserver"), "-w", workspace, "-h", "127.0.0.1", "-p", str(web_port)], env, log)
+    code_server = start(
+        [
+            str(BIN / "dagster"),
+            "code-server",
+            "start",
+            "-m",
+            "batch_pipeline.definitions",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(grpc_port),
+            "--location-name",
+            "batch_pipeline",
+        ],
+        code_env,
+        log,
+    )
+    webserver = start(
+        [str(BIN / "dagster-webserver"), "-w", workspace, "-h", "127.0.0.1", "-p", str(web_port)],
+        env,
+        log,
+    )
     daemon = start([str(BIN / "dagster-daemon"), "run", "-w", workspace], env, log)
     try:
         wait_for(lambda: serving(f"http://127.0.0.1:{web_port}"), 180, "the webserver to serve")

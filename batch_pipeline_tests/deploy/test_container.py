@@ -25,7 +25,9 @@ LOCAL_BASE = "local/python:3.11"
 
 
 def docker(*args, check=True, timeout=600):
-    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, timeout=timeout)
+    return subprocess.run(
+        ["docker", *args], capture_output=True, text=True, check=check, timeout=timeout
+    )
 
 
 def docker_engine() -> str | None:
@@ -36,7 +38,9 @@ def docker_engine() -> str | None:
         info = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired:
         return "the Docker engine does not answer `docker info` within 60 s"
-    return None if info.returncode == 0 else f"no Docker engine answers: {info.stderr.strip()[:200]}"
+    return (
+        None if info.returncode == 0 else f"no Docker engine answers: {info.stderr.strip()[:200]}"
+    )
 
 
 def base_image(tmp_path) -> str:
@@ -48,10 +52,26 @@ def base_image(tmp_path) -> str:
     if shutil.which("debootstrap") is None:
         pytest.skip("no base image: set BATCH_PIPELINE_BASE_IMAGE or install debootstrap")
     rootfs = tmp_path / "rootfs"
-    subprocess.run(["debootstrap", "--variant=minbase", "--include=python3,python3-venv,ca-certificates", "bookworm",
-                    str(rootfs)], check=True, capture_output=True, timeout=900)
+    subprocess.run(
+        [
+            "debootstrap",
+            "--variant=minbase",
+            "--include=python3,python3-venv,ca-certificates",
+            "bookworm",
+            str(rootfs),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
     tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-    subprocess.run(["docker", "import", "-", LOCAL_BASE], stdin=tar.stdout, check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        ["docker", "import", "-", LOCAL_BASE],
+        stdin=tar.stdout,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     tar.wait(timeout=60)
     return LOCAL_BASE
 
@@ -59,10 +79,35 @@ def base_image(tmp_path) -> str:
 def build_image(tmp_path) -> None:
     wheels = ROOT / "deploy" / "wheels"
     shutil.rmtree(wheels, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(wheels), f"{ROOT}[deploy]", "async-timeout"],
-                   check=True, capture_output=True, timeout=900)
-    docker("build", "--network", "host", "-f", "deploy/Dockerfile", "--build-arg", f"BASE_IMAGE={base_image(tmp_path)}",
-           "-t", IMAGE, str(ROOT), timeout=900)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "-w",
+            str(wheels),
+            f"{ROOT}[deploy]",
+            "async-timeout",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
+    docker(
+        "build",
+        "--network",
+        "host",
+        "-f",
+        "deploy/Dockerfile",
+        "--build-arg",
+        f"BASE_IMAGE={base_image(tmp_path)}",
+        "-t",
+        IMAGE,
+        str(ROOT),
+        timeout=900,
+    )
 
 
 def reachable(host: str, port: int) -> bool:
@@ -86,38 +131,72 @@ def outside_address() -> str | None:
 
 # A first build on a new machine makes the base image (debootstrap) and the wheelhouse.
 @pytest.mark.timeout(2400)
-def test_the_image_serves_the_code_location_and_each_run_gets_its_own_container(tmp_path, pg_db, dagster_pg_storage, monkeypatch):
+def test_the_image_serves_the_code_location_and_each_run_gets_its_own_container(
+    tmp_path, pg_db, dagster_pg_storage, monkeypatch
+):
     if (why := docker_engine()) is not None:
         pytest.skip(why)
     build_image(tmp_path)
-    ghost = pg_db.job(CARD_ANALYSIS, pg_db.scrap(pg_db.user()), PENDING, created_at=pg_db.ago(hours=1))
+    ghost = pg_db.job(
+        CARD_ANALYSIS, pg_db.scrap(pg_db.user()), PENDING, created_at=pg_db.ago(hours=1)
+    )
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(ROOT / "deploy" / "dagster.compose.yaml", home / "dagster.yaml")
     grpc_port, web_port = free_port(), free_port()
     settings = {  # no bridge network on this machine: every container shares the host's
-        **dagster_pg_storage, "DAGSTER_CODE_SERVER_HOST": "127.0.0.1", "DAGSTER_CODE_SERVER_PORT": str(grpc_port),
-        "BATCH_PIPELINE_IMAGE": IMAGE, "DAGSTER_RUN_NETWORK": "host",
-        "SAN_DATABASE_URL": pg_db.url, "SAN_JOB_DISPATCHER": "none",
+        **dagster_pg_storage,
+        "DAGSTER_CODE_SERVER_HOST": "127.0.0.1",
+        "DAGSTER_CODE_SERVER_PORT": str(grpc_port),
+        "BATCH_PIPELINE_IMAGE": IMAGE,
+        "DAGSTER_RUN_NETWORK": "host",
+        "SAN_DATABASE_URL": pg_db.url,
+        "SAN_JOB_DISPATCHER": "none",
         # every variable the run launcher passes on must be set (docker-compose.yml sets them all)
-        "SAN_REDIS_URL": "redis://127.0.0.1:6379/0", "SAN_NOTIFY_CHANNEL": "san_jobs", "SAN_TIMEZONE": "Asia/Seoul",
-        "SAN_ALERT_WEBHOOK_URL": "", "SAN_DAGSTER_BASE_URL": f"http://127.0.0.1:{web_port}",
+        "SAN_REDIS_URL": "redis://127.0.0.1:6379/0",
+        "SAN_NOTIFY_CHANNEL": "san_jobs",
+        "SAN_TIMEZONE": "Asia/Seoul",
+        "SAN_ALERT_WEBHOOK_URL": "",
+        "SAN_DAGSTER_BASE_URL": f"http://127.0.0.1:{web_port}",
     }
     for name, value in settings.items():
         monkeypatch.setenv(name, value)
     DagsterInstance.from_config(str(home)).dispose()  # the storage schema, once
     container = f"bp-code-server-{uuid.uuid4().hex[:8]}"
     env_flags = [flag for name, value in settings.items() for flag in ("-e", f"{name}={value}")]
-    docker("run", "-d", "--name", container, "--network", "host", "-e", f"PORT={grpc_port}", "-e", "HOST=127.0.0.1",
-           *env_flags, IMAGE)
+    docker(
+        "run",
+        "-d",
+        "--name",
+        container,
+        "--network",
+        "host",
+        "-e",
+        f"PORT={grpc_port}",
+        "-e",
+        "HOST=127.0.0.1",
+        *env_flags,
+        IMAGE,
+    )
     env = {**os.environ, **settings, "DAGSTER_HOME": str(home)}
     workspace = str(ROOT / "deploy" / "workspace.yaml")
     log = open(tmp_path / "dagster.log", "w")
-    webserver = start([str(BIN / "dagster-webserver"), "-w", workspace, "-h", "127.0.0.1", "-p", str(web_port)], env, log)
+    webserver = start(
+        [str(BIN / "dagster-webserver"), "-w", workspace, "-h", "127.0.0.1", "-p", str(web_port)],
+        env,
+        log,
+    )
     daemon = start([str(BIN / "dagster-daemon"), "run", "-w", workspace], env, log)
     try:
-        wait_for(lambda: docker("inspect", "-f", "{{.State.Health.Status}}", container).stdout.strip() == "healthy",
-                 180, "the code server container to be healthy", every_s=3)
+        wait_for(
+            lambda: (
+                docker("inspect", "-f", "{{.State.Health.Status}}", container).stdout.strip()
+                == "healthy"
+            ),
+            180,
+            "the code server container to be healthy",
+            every_s=3,
+        )
         address = outside_address()
         if address:  # listening on loopback only: not reachable from this host's other address
             assert reachable("127.0.0.1", grpc_port) and not reachable(address, grpc_port)
@@ -129,7 +208,9 @@ def test_the_image_serves_the_code_location_and_each_run_gets_its_own_container(
             run = instance.get_run_by_id(run_id)
             run_container = run.tags.get("docker/container_id")
             assert run_container, run.tags  # the Docker run launcher started it
-            assert docker("inspect", "-f", "{{.Config.Image}}", run_container).stdout.strip() == IMAGE
+            assert (
+                docker("inspect", "-f", "{{.Config.Image}}", run_container).stdout.strip() == IMAGE
+            )
             event = instance.get_latest_materialization_event(AssetKey("ghost_job_recovery"))
             assert event is not None and event.run_id == run_id
     finally:
@@ -137,5 +218,7 @@ def test_the_image_serves_the_code_location_and_each_run_gets_its_own_container(
         stop(daemon)
         log.close()
         docker("rm", "-f", container, check=False)
-        for leftover in docker("ps", "-aq", "--filter", f"ancestor={IMAGE}", check=False).stdout.split():
+        for leftover in docker(
+            "ps", "-aq", "--filter", f"ancestor={IMAGE}", check=False
+        ).stdout.split():
             docker("rm", "-f", leftover, check=False)

@@ -28,53 +28,169 @@ SECRET_REFS = [keys(name=str)]
 CONFIG_MAP_REFS = [keys(name=str)]
 
 USER_DEPLOYMENT = keys(
-    name=str, image=IMAGE, dagsterApiGrpcArgs=[str], codeServerArgs=[str], includeConfigInLaunchedRuns=keys(enabled=bool),
-    deploymentNamespace=str, port=int, env=ENV, envConfigMaps=CONFIG_MAP_REFS, envSecrets=SECRET_REFS, annotations=OPEN,
-    nodeSelector=OPEN, affinity=OPEN, tolerations=list, podSecurityContext=OPEN, securityContext=OPEN, resources=OPEN,
-    livenessProbe=OPEN, readinessProbe=OPEN, startupProbe=OPEN, labels=OPEN, volumeMounts=list, volumes=list,
-    schedulerName=str, initContainers=list, sidecarContainers=list,
+    name=str,
+    image=IMAGE,
+    dagsterApiGrpcArgs=[str],
+    codeServerArgs=[str],
+    includeConfigInLaunchedRuns=keys(enabled=bool),
+    deploymentNamespace=str,
+    port=int,
+    env=ENV,
+    envConfigMaps=CONFIG_MAP_REFS,
+    envSecrets=SECRET_REFS,
+    annotations=OPEN,
+    nodeSelector=OPEN,
+    affinity=OPEN,
+    tolerations=list,
+    podSecurityContext=OPEN,
+    securityContext=OPEN,
+    resources=OPEN,
+    livenessProbe=OPEN,
+    readinessProbe=OPEN,
+    startupProbe=OPEN,
+    labels=OPEN,
+    volumeMounts=list,
+    volumes=list,
+    schedulerName=str,
+    initContainers=list,
+    sidecarContainers=list,
 )
 TAG_LIMIT = keys(key=str, value=(str, keys(applyLimitPerUniqueValue=bool)), limit=int)
 SCHEMA = keys(
     dagsterWebserver=keys(
-        replicaCount=int, image=IMAGE, nameOverride=str, pathPrefix=str,
-        service=keys(type=str, port=int, annotations=OPEN), workspace=OPEN, env=ENV, envConfigMaps=CONFIG_MAP_REFS,
-        envSecrets=SECRET_REFS, deploymentLabels=OPEN, labels=OPEN, nodeSelector=OPEN, affinity=OPEN, tolerations=list,
-        podSecurityContext=OPEN, securityContext=OPEN, resources=OPEN, readinessProbe=OPEN, livenessProbe=OPEN,
-        startupProbe=OPEN, annotations=OPEN, enableReadOnly=bool, dbStatementTimeout=int, dbPoolRecycle=int,
-        logLevel=str, schedulerName=str, volumeMounts=list, volumes=list, initContainerResources=OPEN,
+        replicaCount=int,
+        image=IMAGE,
+        nameOverride=str,
+        pathPrefix=str,
+        service=keys(type=str, port=int, annotations=OPEN),
+        workspace=OPEN,
+        env=ENV,
+        envConfigMaps=CONFIG_MAP_REFS,
+        envSecrets=SECRET_REFS,
+        deploymentLabels=OPEN,
+        labels=OPEN,
+        nodeSelector=OPEN,
+        affinity=OPEN,
+        tolerations=list,
+        podSecurityContext=OPEN,
+        securityContext=OPEN,
+        resources=OPEN,
+        readinessProbe=OPEN,
+        livenessProbe=OPEN,
+        startupProbe=OPEN,
+        annotations=OPEN,
+        enableReadOnly=bool,
+        dbStatementTimeout=int,
+        dbPoolRecycle=int,
+        logLevel=str,
+        schedulerName=str,
+        volumeMounts=list,
+        volumes=list,
+        initContainerResources=OPEN,
     ),
-    **{"dagster-user-deployments": keys(enabled=bool, enableSubchart=bool, imagePullSecrets=SECRET_REFS,
-                                        deployments=[USER_DEPLOYMENT])},
-    postgresql=keys(image=IMAGE, enabled=bool, postgresqlHost=str, postgresqlUsername=str, postgresqlPassword=str,
-                    postgresqlDatabase=str, postgresqlParams=OPEN, postgresqlScheme=str, service=keys(port=int)),
-    generatePostgresqlPasswordSecret=bool, generateCeleryConfigSecret=bool, rabbitmq=OPEN, redis=OPEN, flower=OPEN,
-    ingress=OPEN, imagePullSecrets=SECRET_REFS, computeLogManager=OPEN, scheduler=OPEN,
+    **{
+        "dagster-user-deployments": keys(
+            enabled=bool,
+            enableSubchart=bool,
+            imagePullSecrets=SECRET_REFS,
+            deployments=[USER_DEPLOYMENT],
+        )
+    },
+    postgresql=keys(
+        image=IMAGE,
+        enabled=bool,
+        postgresqlHost=str,
+        postgresqlUsername=str,
+        postgresqlPassword=str,
+        postgresqlDatabase=str,
+        postgresqlParams=OPEN,
+        postgresqlScheme=str,
+        service=keys(port=int),
+    ),
+    generatePostgresqlPasswordSecret=bool,
+    generateCeleryConfigSecret=bool,
+    rabbitmq=OPEN,
+    redis=OPEN,
+    flower=OPEN,
+    ingress=OPEN,
+    imagePullSecrets=SECRET_REFS,
+    computeLogManager=OPEN,
+    scheduler=OPEN,
     runLauncher=keys(
         type={"CeleryK8sRunLauncher", "K8sRunLauncher", "CustomRunLauncher"},
-        config=keys(celeryK8sRunLauncher=OPEN, customRunLauncher=OPEN, k8sRunLauncher=keys(
-            image=IMAGE, imagePullPolicy={"Always", "IfNotPresent", "Never"}, jobNamespace=str, loadInclusterConfig=bool,
-            kubeconfigFile=str, envConfigMaps=CONFIG_MAP_REFS, envSecrets=SECRET_REFS, envVars=[str], volumeMounts=list,
-            volumes=list, labels=OPEN, failPodOnRunFailure=bool, resources=OPEN, schedulerName=str, securityContext=OPEN,
-            runK8sConfig=OPEN,
-        )),
+        config=keys(
+            celeryK8sRunLauncher=OPEN,
+            customRunLauncher=OPEN,
+            k8sRunLauncher=keys(
+                image=IMAGE,
+                imagePullPolicy={"Always", "IfNotPresent", "Never"},
+                jobNamespace=str,
+                loadInclusterConfig=bool,
+                kubeconfigFile=str,
+                envConfigMaps=CONFIG_MAP_REFS,
+                envSecrets=SECRET_REFS,
+                envVars=[str],
+                volumeMounts=list,
+                volumes=list,
+                labels=OPEN,
+                failPodOnRunFailure=bool,
+                resources=OPEN,
+                schedulerName=str,
+                securityContext=OPEN,
+                runK8sConfig=OPEN,
+            ),
+        ),
     ),
     pythonLogs=OPEN,
     dagsterDaemon=keys(
-        enabled=bool, image=IMAGE, heartbeatTolerance=int, env=ENV, envConfigMaps=CONFIG_MAP_REFS, envSecrets=SECRET_REFS,
-        deploymentLabels=OPEN, labels=OPEN, nodeSelector=OPEN, affinity=OPEN, tolerations=list, podSecurityContext=OPEN,
-        securityContext=OPEN, resources=OPEN, livenessProbe=OPEN, readinessProbe=OPEN, startupProbe=OPEN, annotations=OPEN,
-        runMonitoring=OPEN, runRetries=OPEN, sensors=OPEN, schedules=OPEN, schedulerName=str, volumeMounts=list,
-        volumes=list, initContainerResources=OPEN,
+        enabled=bool,
+        image=IMAGE,
+        heartbeatTolerance=int,
+        env=ENV,
+        envConfigMaps=CONFIG_MAP_REFS,
+        envSecrets=SECRET_REFS,
+        deploymentLabels=OPEN,
+        labels=OPEN,
+        nodeSelector=OPEN,
+        affinity=OPEN,
+        tolerations=list,
+        podSecurityContext=OPEN,
+        securityContext=OPEN,
+        resources=OPEN,
+        livenessProbe=OPEN,
+        readinessProbe=OPEN,
+        startupProbe=OPEN,
+        annotations=OPEN,
+        runMonitoring=OPEN,
+        runRetries=OPEN,
+        sensors=OPEN,
+        schedules=OPEN,
+        schedulerName=str,
+        volumeMounts=list,
+        volumes=list,
+        initContainerResources=OPEN,
         runCoordinator=keys(
-            enabled=bool, type={"QueuedRunCoordinator", "CustomRunCoordinator"},
-            config=keys(customRunCoordinator=OPEN, queuedRunCoordinator=keys(
-                maxConcurrentRuns=int, tagConcurrencyLimits=[TAG_LIMIT], dequeueIntervalSeconds=int,
-                dequeueNumWorkers=int, dequeueUseThreads=bool, blockOpConcurrencyLimitedRuns=OPEN,
-            )),
+            enabled=bool,
+            type={"QueuedRunCoordinator", "CustomRunCoordinator"},
+            config=keys(
+                customRunCoordinator=OPEN,
+                queuedRunCoordinator=keys(
+                    maxConcurrentRuns=int,
+                    tagConcurrencyLimits=[TAG_LIMIT],
+                    dequeueIntervalSeconds=int,
+                    dequeueNumWorkers=int,
+                    dequeueUseThreads=bool,
+                    blockOpConcurrencyLimitedRuns=OPEN,
+                ),
+            ),
         ),
     ),
-    busybox=OPEN, migrate=OPEN, telemetry=keys(enabled=bool), serviceAccount=OPEN, **{"global": OPEN}, retention=OPEN,
+    busybox=OPEN,
+    migrate=OPEN,
+    telemetry=keys(enabled=bool),
+    serviceAccount=OPEN,
+    **{"global": OPEN},
+    retention=OPEN,
     additionalInstanceConfig=OPEN,
 )
 
@@ -94,17 +210,30 @@ def problems(value, schema, path="values") -> list[str]:
             return [f"{path}: expected a list"]
         if not schema:
             return []
-        return [p for i, item in enumerate(value) for p in problems(item, schema[0], f"{path}[{i}]")]
+        return [
+            p for i, item in enumerate(value) for p in problems(item, schema[0], f"{path}[{i}]")
+        ]
     if isinstance(schema, dict):
         if not isinstance(value, dict):
             return [f"{path}: expected a mapping"]
-        found = [f"{path}.{key}: not a field the chart allows" for key in value if key not in schema]
-        return found + [p for key, item in value.items() if key in schema for p in problems(item, schema[key], f"{path}.{key}")]
+        found = [
+            f"{path}.{key}: not a field the chart allows" for key in value if key not in schema
+        ]
+        return found + [
+            p
+            for key, item in value.items()
+            if key in schema
+            for p in problems(item, schema[key], f"{path}.{key}")
+        ]
     if schema is list:
         return [] if isinstance(value, list) else [f"{path}: expected a list"]
     if schema is int and isinstance(value, bool):
         return [f"{path}: expected an integer"]
-    return [] if isinstance(value, schema) else [f"{path}: expected {schema.__name__}, got {type(value).__name__}"]
+    return (
+        []
+        if isinstance(value, schema)
+        else [f"{path}: expected {schema.__name__}, got {type(value).__name__}"]
+    )
 
 
 def test_the_helm_values_use_only_fields_the_chart_allows():
@@ -127,7 +256,9 @@ def test_the_helm_values_keep_the_project_s_run_queue_and_keep_services_inside_t
     queue = values["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"]
     instance = yaml.safe_load((VALUES.parents[1] / "dagster.prod.yaml").read_text())
     assert queue["maxConcurrentRuns"] == instance["concurrency"]["runs"]["max_concurrent_runs"]
-    assert queue["tagConcurrencyLimits"] == instance["concurrency"]["runs"]["tag_concurrency_limits"]
+    assert (
+        queue["tagConcurrencyLimits"] == instance["concurrency"]["runs"]["tag_concurrency_limits"]
+    )
     assert values["dagsterDaemon"]["runMonitoring"]["enabled"] is True
     assert values["dagsterWebserver"]["service"]["type"] == "ClusterIP"
     deployment = values["dagster-user-deployments"]["deployments"][0]

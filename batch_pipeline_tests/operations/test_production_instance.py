@@ -23,8 +23,15 @@ def start(command, env, log):
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            preexec_fn=reset_signals, start_new_session=True)
+    return subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        preexec_fn=reset_signals,
+        start_new_session=True,
+    )
 
 
 def stop(process):
@@ -35,7 +42,9 @@ def stop(process):
         os.killpg(process.pid, signal.SIGKILL)
 
 
-def test_a_scheduled_tick_launches_a_recovery_run_on_the_production_instance(tmp_path, pg_db, dagster_pg_storage):
+def test_a_scheduled_tick_launches_a_recovery_run_on_the_production_instance(
+    tmp_path, pg_db, dagster_pg_storage
+):
     ghost = pg_db.job(CARD_ANALYSIS, 1, PENDING, created_at=pg_db.ago(hours=1))
     home = tmp_path / "dagster_home"
     home.mkdir()
@@ -44,7 +53,8 @@ def test_a_scheduled_tick_launches_a_recovery_run_on_the_production_instance(tmp
         **os.environ,
         **dagster_pg_storage,
         "DAGSTER_HOME": str(home),
-        "SAN_DATABASE_URL": pg_db.url, "SAN_JOB_DISPATCHER": "none",
+        "SAN_DATABASE_URL": pg_db.url,
+        "SAN_JOB_DISPATCHER": "none",
         "SAN_RECOVERY_CRON": "* * * * *",  # a tick every minute instead of every 2 hours
     }
     # Create Dagster's storage schema once, before two processes race to create it on an empty
@@ -53,18 +63,37 @@ def test_a_scheduled_tick_launches_a_recovery_run_on_the_production_instance(tmp
     port = free_port()
     log = open(tmp_path / "dagster.log", "w")
     daemon = start([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], env, log)
-    webserver = start([str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)], env, log)
+    webserver = start(
+        [
+            str(BIN / "dagster-webserver"),
+            "-w",
+            "workspace.yaml",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+        ],
+        env,
+        log,
+    )
     try:
         runs = []
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
             time.sleep(5)
             with DagsterInstance.from_config(str(home)) as instance:
-                runs = instance.get_runs(RunsFilter(job_name="recovery_job", tags={"dagster/schedule_name": "recovery_schedule"}))
+                runs = instance.get_runs(
+                    RunsFilter(
+                        job_name="recovery_job", tags={"dagster/schedule_name": "recovery_schedule"}
+                    )
+                )
                 if any(run.status == DagsterRunStatus.SUCCESS for run in runs):
                     break
-        assert any(run.status == DagsterRunStatus.SUCCESS for run in runs), (tmp_path / "dagster.log").read_text()[-3000:]
-        assert job_status(pg_db, ghost) == FAILED  # the scheduled run really healed the SAN database
+        assert any(run.status == DagsterRunStatus.SUCCESS for run in runs), (
+            tmp_path / "dagster.log"
+        ).read_text()[-3000:]
+        # the scheduled run really healed the SAN database
+        assert job_status(pg_db, ghost) == FAILED
         # the webserver on the same instance answers too (on a loaded machine it may still be
         # loading the code location when the daemon's run is already done: give it time)
         assert webserver.poll() is None, (tmp_path / "dagster.log").read_text()[-3000:]

@@ -2,7 +2,7 @@
 too long, and pass right after a run."""
 
 import pytest
-from dagster import DagsterInstance, DagsterEventType
+from dagster import DagsterEventType, DagsterInstance
 
 from batch_pipeline.definitions import defs
 from batch_pipeline.recovery.freshness import STALE_AFTER, stale_after
@@ -13,11 +13,18 @@ from batch_pipeline_tests.recovery.test_jobs import run_recovery
 
 def freshness(db, instance):
     result = defs.resolve_job_def("recovery_freshness_job").execute_in_process(
-        instance=instance, raise_on_error=False,
-        resources={"san_database": SanDatabase(url=db.url), "job_dispatcher": JobDispatcherResource(kind="none")})
-    records = instance.get_records_for_run(result.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION).records
-    return {r.event_log_entry.dagster_event.event_specific_data.asset_key.to_user_string():
-            r.event_log_entry.dagster_event.event_specific_data.passed for r in records}
+        instance=instance,
+        raise_on_error=False,
+        resources={
+            "san_database": SanDatabase(url=db.url),
+            "job_dispatcher": JobDispatcherResource(kind="none"),
+        },
+    )
+    records = instance.get_records_for_run(
+        result.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION
+    ).records
+    evaluations = [r.event_log_entry.dagster_event.event_specific_data for r in records]
+    return {evaluation.asset_key.to_user_string(): evaluation.passed for evaluation in evaluations}
 
 
 def test_no_recovery_run_fails_the_watchdog_and_a_run_makes_it_pass(san_db):

@@ -7,14 +7,31 @@ import pytest
 from sqlalchemy import text, update
 
 from batch_pipeline.recovery.ghost_jobs import (
-    STALE_PENDING_AFTER, STALE_PROCESSING_AFTER, GhostRule, detect_ghost_jobs, recover_ghost_jobs,
+    STALE_PENDING_AFTER,
+    STALE_PROCESSING_AFTER,
+    GhostRule,
+    detect_ghost_jobs,
+    recover_ghost_jobs,
 )
 from batch_pipeline.recovery.plan import RecoveryPolicy
-from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.dialects.postgresql import has_target_index
-from batch_pipeline_tests.conftest import PG_WRITE_PATHS, WRITE_PATHS, DiesOnBatch, san_database_on_path
+from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.schema import (
-    CARD_ANALYSIS, COMPLETED, FAILED, JOB_TYPES, PENDING, PROCESSING, SCRAP_REFINE, TIL_GENERATION, jobs,
+    CARD_ANALYSIS,
+    COMPLETED,
+    FAILED,
+    JOB_TYPES,
+    PENDING,
+    PROCESSING,
+    SCRAP_REFINE,
+    TIL_GENERATION,
+    jobs,
+)
+from batch_pipeline_tests.conftest import (
+    PG_WRITE_PATHS,
+    WRITE_PATHS,
+    DiesOnBatch,
+    san_database_on_path,
 )
 
 
@@ -37,28 +54,70 @@ def detect(db, **rule):
         return detect_ghost_jobs(conn, GhostRule(now=db.now, **rule))
 
 
-def recover(db, ghosts, dispatcher=None, max_attempts=10, max_enqueue_per_run=5000, batch_size=1000, dry_run=False):
+def recover(
+    db,
+    ghosts,
+    dispatcher=None,
+    max_attempts=10,
+    max_enqueue_per_run=5000,
+    batch_size=1000,
+    dry_run=False,
+):
     return recover_ghost_jobs(
-        db.engine, dispatcher or Dispatcher(), ghosts, GhostRule(now=db.now),
-        RecoveryPolicy(max_attempts=max_attempts, max_enqueue_per_run=max_enqueue_per_run, batch_size=batch_size, dry_run=dry_run),
+        db.engine,
+        dispatcher or Dispatcher(),
+        ghosts,
+        GhostRule(now=db.now),
+        RecoveryPolicy(
+            max_attempts=max_attempts,
+            max_enqueue_per_run=max_enqueue_per_run,
+            batch_size=batch_size,
+            dry_run=dry_run,
+        ),
     )
 
 
 def test_pending_is_a_ghost_after_30_minutes_not_before(san_db):
     assert STALE_PENDING_AFTER == timedelta(minutes=30)  # the design's rule
-    fresh = san_db.job(CARD_ANALYSIS, 1, PENDING, created_at=san_db.now - STALE_PENDING_AFTER + timedelta(minutes=1))
-    stale = san_db.job(CARD_ANALYSIS, 2, PENDING, created_at=san_db.now - STALE_PENDING_AFTER - timedelta(minutes=1))
+    fresh = san_db.job(
+        CARD_ANALYSIS,
+        1,
+        PENDING,
+        created_at=san_db.now - STALE_PENDING_AFTER + timedelta(minutes=1),
+    )
+    stale = san_db.job(
+        CARD_ANALYSIS,
+        2,
+        PENDING,
+        created_at=san_db.now - STALE_PENDING_AFTER - timedelta(minutes=1),
+    )
     assert detect(san_db)["job_id"].tolist() == [stale]
     assert fresh not in detect(san_db)["job_id"].tolist()
 
 
 def test_processing_is_a_ghost_after_60_minutes_from_started_at(san_db):
     assert STALE_PROCESSING_AFTER == timedelta(minutes=60)  # the design's rule
-    running = san_db.job(CARD_ANALYSIS, 1, PROCESSING, created_at=san_db.ago(hours=3), started_at=san_db.now - STALE_PROCESSING_AFTER + timedelta(minutes=1))
-    stuck = san_db.job(CARD_ANALYSIS, 2, PROCESSING, created_at=san_db.ago(hours=3), started_at=san_db.now - STALE_PROCESSING_AFTER - timedelta(minutes=1))
+    running = san_db.job(
+        CARD_ANALYSIS,
+        1,
+        PROCESSING,
+        created_at=san_db.ago(hours=3),
+        started_at=san_db.now - STALE_PROCESSING_AFTER + timedelta(minutes=1),
+    )
+    stuck = san_db.job(
+        CARD_ANALYSIS,
+        2,
+        PROCESSING,
+        created_at=san_db.ago(hours=3),
+        started_at=san_db.now - STALE_PROCESSING_AFTER - timedelta(minutes=1),
+    )
     # started_at decides even when a worker touched updated_at recently
     stuck_touched = san_db.job(
-        CARD_ANALYSIS, 3, PROCESSING, created_at=san_db.ago(hours=3), started_at=san_db.now - STALE_PROCESSING_AFTER - timedelta(minutes=1),
+        CARD_ANALYSIS,
+        3,
+        PROCESSING,
+        created_at=san_db.ago(hours=3),
+        started_at=san_db.now - STALE_PROCESSING_AFTER - timedelta(minutes=1),
         updated_at=san_db.ago(minutes=1),
     )
     found = detect(san_db)["job_id"].tolist()
@@ -67,8 +126,20 @@ def test_processing_is_a_ghost_after_60_minutes_from_started_at(san_db):
 
 
 def test_processing_with_null_started_at_ages_from_updated_at(san_db):
-    recent = san_db.job(SCRAP_REFINE, 1, PROCESSING, created_at=san_db.ago(hours=5), updated_at=san_db.now - STALE_PROCESSING_AFTER + timedelta(minutes=1))
-    old = san_db.job(SCRAP_REFINE, 2, PROCESSING, created_at=san_db.ago(hours=5), updated_at=san_db.now - STALE_PROCESSING_AFTER - timedelta(minutes=1))
+    recent = san_db.job(
+        SCRAP_REFINE,
+        1,
+        PROCESSING,
+        created_at=san_db.ago(hours=5),
+        updated_at=san_db.now - STALE_PROCESSING_AFTER + timedelta(minutes=1),
+    )
+    old = san_db.job(
+        SCRAP_REFINE,
+        2,
+        PROCESSING,
+        created_at=san_db.ago(hours=5),
+        updated_at=san_db.now - STALE_PROCESSING_AFTER - timedelta(minutes=1),
+    )
     ghosts = detect(san_db)
     assert ghosts["job_id"].tolist() == [old]
     assert recent not in ghosts["job_id"].tolist()
@@ -87,8 +158,13 @@ def test_thresholds_are_configurable(san_db):
 
 
 def test_every_job_type_is_closed_failed_and_re_enqueued(san_db):
-    ghosts = {job_type: san_db.job(job_type, 7, PENDING, created_at=san_db.ago(minutes=45)) for job_type in JOB_TYPES}
-    stuck = san_db.job(CARD_ANALYSIS, 8, PROCESSING, created_at=san_db.ago(hours=4), started_at=san_db.ago(hours=2))
+    ghosts = {
+        job_type: san_db.job(job_type, 7, PENDING, created_at=san_db.ago(minutes=45))
+        for job_type in JOB_TYPES
+    }
+    stuck = san_db.job(
+        CARD_ANALYSIS, 8, PROCESSING, created_at=san_db.ago(hours=4), started_at=san_db.ago(hours=2)
+    )
     report = recover(san_db, detect(san_db))
 
     assert report.detected == report.enqueued == 4
@@ -99,7 +175,12 @@ def test_every_job_type_is_closed_failed_and_re_enqueued(san_db):
         assert old.status == FAILED
         assert old.finished_at is not None and old.updated_at is not None
         new = san_db.get_job(pairs[old_id]["new_job_id"])
-        assert (new.job_type, new.target_id, new.status, new.retry_of_job_id) == (old.job_type, old.target_id, PENDING, old_id)
+        assert (new.job_type, new.target_id, new.status, new.retry_of_job_id) == (
+            old.job_type,
+            old.target_id,
+            PENDING,
+            old_id,
+        )
         assert new.started_at is None and new.finished_at is None
     message = san_db.get_job(ghosts[TIL_GENERATION]).error_message
     assert "stale in PENDING for 45 min" in message and "threshold 30 min" in message
@@ -135,7 +216,10 @@ def test_max_attempts_zero_is_unlimited(san_db):
 
 
 def test_per_run_cap_takes_the_oldest_and_defers_the_rest_untouched(san_db):
-    ids = [san_db.job(CARD_ANALYSIS, target, PENDING, created_at=san_db.ago(hours=10 - target)) for target in range(5)]
+    ids = [
+        san_db.job(CARD_ANALYSIS, target, PENDING, created_at=san_db.ago(hours=10 - target))
+        for target in range(5)
+    ]
     report = recover(san_db, detect(san_db), max_enqueue_per_run=2)
     assert report.enqueued == 2 and report.deferred == 3
     assert [pair["failed_job_id"] for pair in report.recovered] == ids[:2]
@@ -148,19 +232,31 @@ def test_per_run_cap_takes_the_oldest_and_defers_the_rest_untouched(san_db):
 def test_dry_run_writes_nothing(san_db):
     ghost = san_db.job(CARD_ANALYSIS, 1, PENDING, created_at=san_db.ago(hours=1))
     report = recover(san_db, detect(san_db), dry_run=True)
-    assert report.dry_run and report.detected == 1 and report.enqueued == 0 and report.recovered == []
+    assert (
+        report.dry_run and report.detected == 1 and report.enqueued == 0 and report.recovered == []
+    )
     assert san_db.get_job(ghost).status == PENDING
     assert len(san_db.jobs()) == 1
 
 
 def test_a_job_a_worker_completes_after_detection_is_not_failed(san_db):
     finished = san_db.job(CARD_ANALYSIS, 1, PENDING, created_at=san_db.ago(hours=1))
-    restarted = san_db.job(SCRAP_REFINE, 1, PROCESSING, created_at=san_db.ago(hours=3), started_at=san_db.ago(hours=2))
+    restarted = san_db.job(
+        SCRAP_REFINE, 1, PROCESSING, created_at=san_db.ago(hours=3), started_at=san_db.ago(hours=2)
+    )
     other = san_db.job(CARD_ANALYSIS, 2, PENDING, created_at=san_db.ago(hours=1))
     ghosts = detect(san_db)
     with san_db.engine.begin() as conn:  # a worker, between detection and write
-        conn.execute(update(jobs).where(jobs.c.id == finished).values(status=COMPLETED, finished_at=san_db.now))
-        conn.execute(update(jobs).where(jobs.c.id == restarted).values(started_at=san_db.now, updated_at=san_db.now))
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.id == finished)
+            .values(status=COMPLETED, finished_at=san_db.now)
+        )
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.id == restarted)
+            .values(started_at=san_db.now, updated_at=san_db.now)
+        )
 
     report = recover(san_db, ghosts)
     assert report.skipped_by_race == 2 and report.enqueued == 1
@@ -191,7 +287,10 @@ def test_a_ghost_whose_target_has_another_active_job_gets_no_second_one(san_db):
 
 
 def test_two_overlapping_runs_close_each_ghost_once(san_db):
-    ids = [san_db.job(CARD_ANALYSIS, target, PENDING, created_at=san_db.ago(hours=1)) for target in range(6)]
+    ids = [
+        san_db.job(CARD_ANALYSIS, target, PENDING, created_at=san_db.ago(hours=1))
+        for target in range(6)
+    ]
     ghosts_a, ghosts_b = detect(san_db), detect(san_db)  # both runs detect before either writes
     barrier = threading.Barrier(2)
     reports = []
@@ -215,12 +314,23 @@ def test_two_overlapping_runs_close_each_ghost_once(san_db):
 
 
 def test_a_crash_between_batches_leaves_no_ghost_without_a_replacement(san_db):
-    ids = [san_db.job(CARD_ANALYSIS, target, PENDING, created_at=san_db.ago(hours=1)) for target in range(6)]
+    ids = [
+        san_db.job(CARD_ANALYSIS, target, PENDING, created_at=san_db.ago(hours=1))
+        for target in range(6)
+    ]
     with pytest.raises(RuntimeError, match="killed"):
         recover(san_db, detect(san_db), dispatcher=DiesOnBatch(2), batch_size=2)
 
     statuses = [san_db.get_job(i).status for i in ids]
-    assert statuses == [FAILED, FAILED, PENDING, PENDING, PENDING, PENDING]  # batch 1 whole, batch 2 rolled back
+    # batch 1 whole, batch 2 rolled back
+    assert statuses == [
+        FAILED,
+        FAILED,
+        PENDING,
+        PENDING,
+        PENDING,
+        PENDING,
+    ]
     for failed in san_db.jobs(status=FAILED):
         assert len(san_db.jobs(retry_of_job_id=failed.id)) == 1
     assert len(san_db.jobs()) == 8
@@ -249,11 +359,14 @@ def test_a_job_locked_by_a_worker_is_skipped_not_waited_for(pg_db):
 
 
 def test_two_overlapping_runs_while_a_worker_completes_the_same_jobs(pg_db):
-    """Both runs detect, then write at the same moment as a worker that completes half of the
-    very ghosts they examine, from the other end (one transaction per job, only if still
-    PENDING: the worker contract), so the two meet in the middle. No completed job is marked FAILED, each ghost is closed once, and no target ever
-    has two active jobs."""
-    ids = [pg_db.job(CARD_ANALYSIS, target, PENDING, created_at=pg_db.ago(hours=1)) for target in range(200)]
+    """Both runs detect, then write at the same moment as a worker that completes half of the very
+    ghosts they examine, from the other end (one transaction per job, only if still PENDING: the
+    worker contract), so the two meet in the middle. No completed job is marked FAILED, each ghost
+    is closed once, and no target ever has two active jobs."""
+    ids = [
+        pg_db.job(CARD_ANALYSIS, target, PENDING, created_at=pg_db.ago(hours=1))
+        for target in range(200)
+    ]
     frames = [detect(pg_db), detect(pg_db)]
     start = threading.Barrier(3)
     reports, completed = [], []
@@ -268,13 +381,17 @@ def test_two_overlapping_runs_while_a_worker_completes_the_same_jobs(pg_db):
             for job_id in reversed(ids):
                 with conn.begin():
                     done = conn.execute(
-                        update(jobs).where(jobs.c.id == job_id, jobs.c.status == PENDING)
-                        .values(status=COMPLETED, finished_at=pg_db.now, updated_at=pg_db.now).returning(jobs.c.id)
+                        update(jobs)
+                        .where(jobs.c.id == job_id, jobs.c.status == PENDING)
+                        .values(status=COMPLETED, finished_at=pg_db.now, updated_at=pg_db.now)
+                        .returning(jobs.c.id)
                     ).scalar()
                 if done:
                     completed.append(done)
 
-    threads = [threading.Thread(target=recovery, args=(f,)) for f in frames] + [threading.Thread(target=worker)]
+    threads = [threading.Thread(target=recovery, args=(f,)) for f in frames] + [
+        threading.Thread(target=worker)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -14,7 +14,14 @@ from batch_pipeline.recovery.registry import AREAS
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
-from batch_pipeline.san.schema import CARD_ANALYSIS, FAILED, PENDING, PROCESSING, SCRAP_REFINE, TIL_GENERATION
+from batch_pipeline.san.schema import (
+    CARD_ANALYSIS,
+    FAILED,
+    PENDING,
+    PROCESSING,
+    SCRAP_REFINE,
+    TIL_GENERATION,
+)
 from batch_pipeline_tests.conftest import PG_WRITE_PATHS, job_notifications, san_database_on_path
 
 
@@ -41,7 +48,13 @@ def latest_metadata(instance, area):
 def broken_state(db):
     user = db.user()
     ghost_scrap = db.scrap(user, created_at=db.ago(hours=3))  # its CARD_ANALYSIS is stuck
-    ghost = db.job(CARD_ANALYSIS, ghost_scrap, PROCESSING, created_at=db.ago(hours=3), started_at=db.ago(hours=2))
+    ghost = db.job(
+        CARD_ANALYSIS,
+        ghost_scrap,
+        PROCESSING,
+        created_at=db.ago(hours=3),
+        started_at=db.ago(hours=2),
+    )
     orphan = db.scrap(user, created_at=db.ago(hours=3))
     unrefined = db.scrap(user, created_at=db.ago(hours=3), refined=False, card=True)
     db.scrap(user, created_at=db.ago(hours=3), card=True)  # healthy
@@ -57,7 +70,12 @@ def test_recovery_job_heals_every_area_and_records_the_audit_trail(san_db):
     assert result.success
 
     ghost_meta = latest_metadata(instance, "ghost_job_recovery")
-    assert (ghost_meta["detected"], ghost_meta["enqueued"], ghost_meta["exhausted"], ghost_meta["deferred"]) == (1, 1, 0, 0)
+    assert (
+        ghost_meta["detected"],
+        ghost_meta["enqueued"],
+        ghost_meta["exhausted"],
+        ghost_meta["deferred"],
+    ) == (1, 1, 0, 0)
     [pair] = ghost_meta["recovered"]
     assert pair["failed_job_id"] == ghost and san_db.get_job(ghost).status == FAILED
     assert san_db.get_job(pair["new_job_id"]).retry_of_job_id == ghost
@@ -67,7 +85,16 @@ def test_recovery_job_heals_every_area_and_records_the_audit_trail(san_db):
     orphan_meta = latest_metadata(instance, "orphan_scrap_recovery")
     assert [p["scrap_id"] for p in orphan_meta["recovered"]] == [orphan]
     assert san_db.get_job(orphan_meta["recovered"][0]["new_job_id"]).job_type == CARD_ANALYSIS
-    assert len([j for j in san_db.jobs(target_id=ghost_scrap, job_type=CARD_ANALYSIS) if j.status == PENDING]) == 1
+    assert (
+        len(
+            [
+                j
+                for j in san_db.jobs(target_id=ghost_scrap, job_type=CARD_ANALYSIS)
+                if j.status == PENDING
+            ]
+        )
+        == 1
+    )
 
     refine_meta = latest_metadata(instance, "orphan_scrap_refine_recovery")
     assert [p["scrap_id"] for p in refine_meta["recovered"]] == [unrefined]
@@ -75,7 +102,9 @@ def test_recovery_job_heals_every_area_and_records_the_audit_trail(san_db):
 
     til_meta = latest_metadata(instance, "til_generation_recovery")
     [pair] = til_meta["recovered"]
-    assert pair["summary_id"] == unwritten and til_meta["thresholds"]["orphan_min_age_minutes"] == 10
+    assert (
+        pair["summary_id"] == unwritten and til_meta["thresholds"]["orphan_min_age_minutes"] == 10
+    )
     new = san_db.get_job(pair["new_job_id"])
     assert (new.job_type, new.target_id, new.status) == (TIL_GENERATION, unwritten, PENDING)
     assert len(san_db.jobs(status=PENDING)) == 4
@@ -86,18 +115,36 @@ def test_a_run_that_finds_nothing_records_zeros(san_db):
     assert result.success
     for area in AREAS:
         meta = latest_metadata(instance, area)
-        assert (meta["detected"], meta["enqueued"], meta["exhausted"], meta["deferred"], meta["skipped_by_race"]) == (0,) * 5
+        assert (
+            meta["detected"],
+            meta["enqueued"],
+            meta["exhausted"],
+            meta["deferred"],
+            meta["skipped_by_race"],
+        ) == (0,) * 5
         assert meta["recovered"] == []
 
 
 def test_steps_run_in_the_design_order(san_db):
     result, _ = run_recovery(san_db)
-    order = [event.step_key for event in result.all_events if event.event_type_value == "STEP_START"]
-    assert order == [step_key(name) for name in (
-        "check_san_database", "detect_ghost_jobs", "recover_ghost_jobs", "detect_orphan_scraps",
-        "recover_orphan_scraps", "detect_unrefined_scraps", "recover_unrefined_scraps",
-        "detect_unwritten_tils", "recover_unwritten_tils", "check_recovery_health",
-    )]
+    order = [
+        event.step_key for event in result.all_events if event.event_type_value == "STEP_START"
+    ]
+    assert order == [
+        step_key(name)
+        for name in (
+            "check_san_database",
+            "detect_ghost_jobs",
+            "recover_ghost_jobs",
+            "detect_orphan_scraps",
+            "recover_orphan_scraps",
+            "detect_unrefined_scraps",
+            "recover_unrefined_scraps",
+            "detect_unwritten_tils",
+            "recover_unwritten_tils",
+            "check_recovery_health",
+        )
+    ]
 
 
 def latest_observation(instance, area):
@@ -127,9 +174,18 @@ def failure_message(result) -> str:
 
 @pytest.mark.parametrize(
     "field,value",
-    [("stale_pending_after_minutes", 0), ("stale_processing_after_minutes", -5), ("orphan_min_age_minutes", 0),
-     ("scrap_lookback_hours", -1), ("max_attempts", -1), ("max_enqueue_per_run", 0), ("batch_size", 0),
-     ("batch_size", 50_001), ("lock_timeout_ms", 0), ("statement_timeout_ms", -1)],
+    [
+        ("stale_pending_after_minutes", 0),
+        ("stale_processing_after_minutes", -5),
+        ("orphan_min_age_minutes", 0),
+        ("scrap_lookback_hours", -1),
+        ("max_attempts", -1),
+        ("max_enqueue_per_run", 0),
+        ("batch_size", 0),
+        ("batch_size", 50_001),
+        ("lock_timeout_ms", 0),
+        ("statement_timeout_ms", -1),
+    ],
 )
 def test_an_invalid_threshold_fails_first_naming_the_field(san_db, field, value):
     broken_state(san_db)
@@ -138,7 +194,9 @@ def test_an_invalid_threshold_fails_first_naming_the_field(san_db, field, value)
     assert not result.success
     assert field in failure_message(result)
     assert san_db.jobs() == before
-    assert [e.step_key for e in result.all_events if e.event_type_value == "STEP_START"] == [step_key("check_san_database")]
+    assert [e.step_key for e in result.all_events if e.event_type_value == "STEP_START"] == [
+        step_key("check_san_database")
+    ]
 
 
 @pytest.mark.parametrize("field", sorted(RecoveryConfig.model_fields))
@@ -159,8 +217,13 @@ def test_an_unknown_config_field_is_refused_by_name(san_db):
 def test_an_unreachable_database_fails_first_with_a_clear_error(tmp_path):
     result, _ = run_recovery(None, url="postgresql+psycopg://postgres@127.0.0.1:1/san")
     assert not result.success
-    assert "cannot connect to the SAN database at postgresql+psycopg://postgres@127.0.0.1:1/san" in failure_message(result)
-    assert [e.step_key for e in result.all_events if e.event_type_value == "STEP_START"] == [step_key("check_san_database")]
+    assert (
+        "cannot connect to the SAN database at postgresql+psycopg://postgres@127.0.0.1:1/san"
+        in failure_message(result)
+    )
+    assert [e.step_key for e in result.all_events if e.event_type_value == "STEP_START"] == [
+        step_key("check_san_database")
+    ]
 
 
 def test_a_missing_column_fails_first_and_writes_nothing(pg_db):
@@ -190,17 +253,22 @@ def test_pg_notify_is_the_default_on_postgres_and_announces_every_new_job_once(p
     # Each write path announces differently (the write statement itself with the target index,
     # a second statement without it); either way every new job is announced exactly once.
     broken_state(pg_path_db)
-    second_ghost_scrap = pg_path_db.scrap(pg_path_db.user(), created_at=pg_path_db.ago(hours=3), card=True)
+    second_ghost_scrap = pg_path_db.scrap(
+        pg_path_db.user(), created_at=pg_path_db.ago(hours=3), card=True
+    )
     pg_path_db.job(SCRAP_REFINE, second_ghost_scrap, PENDING, created_at=pg_path_db.ago(hours=1))
     with job_notifications(pg_path_db) as payloads:
         result = defs.resolve_job_def("recovery_job").execute_in_process(
-            resources={"san_database": SanDatabase(url=pg_path_db.url),
-                       "job_dispatcher": JobDispatcherResource(notify_channel=payloads.channel)},
+            resources={
+                "san_database": SanDatabase(url=pg_path_db.url),
+                "job_dispatcher": JobDispatcherResource(notify_channel=payloads.channel),
+            },
             instance=DagsterInstance.ephemeral(),
         )
     assert result.success
     created = sorted((j.id, j.job_type, j.target_id) for j in pg_path_db.jobs(status=PENDING))
-    assert len(created) == 5  # two ghosts' replacements, the orphan's, the unrefined scrap's, the TIL's
+    # two ghosts' replacements, the orphan's, the unrefined scrap's, the TIL's
+    assert len(created) == 5
     assert sorted((p["job_id"], p["job_type"], p["target_id"]) for p in payloads) == created
 
 
@@ -208,7 +276,8 @@ def test_a_locked_table_is_reported_as_a_lock_timeout_not_waited_on(pg_db):
     ghost = pg_db.job(CARD_ANALYSIS, 1, PENDING, created_at=pg_db.ago(hours=1))
     migration = pg_db.engine.connect()
     transaction = migration.begin()
-    migration.execute(text("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE"))  # e.g. the app's ALTER TABLE
+    # e.g. the app's ALTER TABLE
+    migration.execute(text("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE"))
     try:
         started = time.monotonic()
         result, _ = run_recovery(pg_db, config={"lock_timeout_ms": 200})
@@ -258,7 +327,10 @@ def run_with_its_connection_killed_in_batch_2(db):
     instance = DagsterInstance.ephemeral()
     result = defs.resolve_job_def("recovery_job").execute_in_process(
         run_config=recovery_run_config({"batch_size": 2}),
-        resources={"san_database": SanDatabase(url=db.url), "job_dispatcher": KillsItsOwnConnectionOnce(admin_url=db.url)},
+        resources={
+            "san_database": SanDatabase(url=db.url),
+            "job_dispatcher": KillsItsOwnConnectionOnce(admin_url=db.url),
+        },
         instance=instance,
         raise_on_error=False,
     )
@@ -267,7 +339,10 @@ def run_with_its_connection_killed_in_batch_2(db):
 
 
 def test_a_killed_connection_fails_the_step_and_the_retry_finishes_the_work(pg_db):
-    ghosts = [pg_db.job(CARD_ANALYSIS, target, PENDING, created_at=pg_db.ago(hours=1)) for target in range(6)]
+    ghosts = [
+        pg_db.job(CARD_ANALYSIS, target, PENDING, created_at=pg_db.ago(hours=1))
+        for target in range(6)
+    ]
     result, instance = run_with_its_connection_killed_in_batch_2(pg_db)
     retries = [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
     assert [e.step_key for e in retries] == [step_key("recover_ghost_jobs")]
@@ -275,32 +350,52 @@ def test_a_killed_connection_fails_the_step_and_the_retry_finishes_the_work(pg_d
     while error is not None:  # the retry wraps the database error: walk its causes
         causes.append(f"{error.cls_name}: {error.message}")
         error = error.cause or error.context
-    assert any("AdminShutdown" in cause and "terminating connection" in cause for cause in causes), causes
-    for ghost, target in zip(ghosts, range(6)):
+    assert any(
+        "AdminShutdown" in cause and "terminating connection" in cause for cause in causes
+    ), causes
+    for ghost, target in zip(ghosts, range(6), strict=True):
         assert pg_db.get_job(ghost).status == FAILED
-        assert [j.status for j in pg_db.jobs(target_id=target)] == [FAILED, PENDING]  # closed once, one replacement
+        # closed once, one replacement
+        assert [j.status for j in pg_db.jobs(target_id=target)] == [
+            FAILED,
+            PENDING,
+        ]
     # The audit trail is exact across the retry: the 2 ghosts the failed attempt closed and
     # replaced are in the run's materialization, not missing nor counted as races.
     meta = latest_metadata(instance, "ghost_job_recovery")
     assert (meta["enqueued"], meta["skipped_by_race"], meta["earlier_attempts"]) == (6, 0, 1)
     assert sorted(r["failed_job_id"] for r in meta["recovered"]) == sorted(ghosts)
     assert sorted(r["new_job_id"] for r in meta["recovered"]) == sorted(
-        j.id for t in range(6) for j in pg_db.jobs(target_id=t) if j.status == PENDING)
+        j.id for t in range(6) for j in pg_db.jobs(target_id=t) if j.status == PENDING
+    )
     [partial] = instance.fetch_observations(AssetKey("ghost_job_recovery"), limit=10).records
     [committed] = partial.asset_observation.metadata["areas"].value
-    assert (committed["area"], committed["enqueued"]) == ("ghost_job_recovery", 2)  # what the failed attempt committed
+    # what the failed attempt committed
+    assert (committed["area"], committed["enqueued"]) == (
+        "ghost_job_recovery",
+        2,
+    )
 
 
 def test_a_killed_connection_in_a_target_recovery_keeps_its_audit_trail_exact(pg_db):
     user = pg_db.user()
-    orphans = [pg_db.scrap(user, created_at=pg_db.ago(hours=1), refined=True, card=False) for _ in range(6)]
+    orphans = [
+        pg_db.scrap(user, created_at=pg_db.ago(hours=1), refined=True, card=False) for _ in range(6)
+    ]
     _result, instance = run_with_its_connection_killed_in_batch_2(pg_db)
     for scrap in orphans:
         assert len(pg_db.jobs(target_id=scrap)) == 1  # one job each, the retry doubled nothing
     meta = latest_metadata(instance, "orphan_scrap_recovery")
-    assert (meta["detected"], meta["enqueued"], meta["skipped_by_race"], meta["earlier_attempts"]) == (6, 6, 0, 1)
+    assert (
+        meta["detected"],
+        meta["enqueued"],
+        meta["skipped_by_race"],
+        meta["earlier_attempts"],
+    ) == (6, 6, 0, 1)
     assert sorted(r["scrap_id"] for r in meta["recovered"]) == sorted(orphans)
-    assert sorted(r["new_job_id"] for r in meta["recovered"]) == sorted(j.id for s in orphans for j in pg_db.jobs(target_id=s))
+    assert sorted(r["new_job_id"] for r in meta["recovered"]) == sorted(
+        j.id for s in orphans for j in pg_db.jobs(target_id=s)
+    )
 
 
 def test_ages_are_measured_with_the_database_clock_not_the_hosts(san_db, monkeypatch):
@@ -313,11 +408,19 @@ def test_ages_are_measured_with_the_database_clock_not_the_hosts(san_db, monkeyp
 
     fast = lambda: database.datetime.now(database.timezone.utc) + timedelta(minutes=25)  # noqa: E731
     for name, module in list(sys.modules.items()):
-        if name.startswith("batch_pipeline.") and not name.startswith("batch_pipeline.sandbox") and hasattr(module, "utc_now"):
+        if (
+            name.startswith("batch_pipeline.")
+            and not name.startswith("batch_pipeline.sandbox")
+            and hasattr(module, "utc_now")
+        ):
             monkeypatch.setattr(module, "utc_now", fast)
     user = san_db.user()
-    young = san_db.job(CARD_ANALYSIS, san_db.scrap(user, created_at=san_db.ago(hours=2), card=False), PENDING,
-                       created_at=san_db.ago(minutes=6))
+    young = san_db.job(
+        CARD_ANALYSIS,
+        san_db.scrap(user, created_at=san_db.ago(hours=2), card=False),
+        PENDING,
+        created_at=san_db.ago(minutes=6),
+    )
     fresh_scrap = san_db.scrap(user, created_at=san_db.ago(seconds=1), card=False)
     result, instance = run_recovery(san_db)
     assert result.success
@@ -329,7 +432,10 @@ def test_ages_are_measured_with_the_database_clock_not_the_hosts(san_db, monkeyp
 def test_a_deterministic_database_error_fails_at_once_naming_the_cause(pg_db):
     # A read-only session (a replica, a SELECT-only role): retrying cannot help, so no retry.
     pg_db.job(CARD_ANALYSIS, 1, PENDING, created_at=pg_db.ago(hours=1))
-    read_only = pg_db.url.replace("options=-csearch_path%3D", "options=-cdefault_transaction_read_only%3Don%20-csearch_path%3D")
+    read_only = pg_db.url.replace(
+        "options=-csearch_path%3D",
+        "options=-cdefault_transaction_read_only%3Don%20-csearch_path%3D",
+    )
     assert read_only != pg_db.url
     started = time.monotonic()
     result, _ = run_recovery(pg_db, url=read_only)
@@ -372,16 +478,35 @@ def test_rows_with_timestamps_pandas_cannot_hold_are_still_judged_and_healed(pg_
     scraps = [pg_db.scrap(user, card=True) for _ in range(3)]
     orphan = pg_db.scrap(user)
     with pg_db.engine.begin() as conn:
-        conn.execute(text("UPDATE scraps SET created_at = '1500-01-01' WHERE id = :id"), {"id": orphan})
-    zero_time = pg_db.job(CARD_ANALYSIS, scraps[0], PROCESSING, created_at=pg_db.ago(hours=3), started_at=pg_db.ago(hours=2))
+        conn.execute(
+            text("UPDATE scraps SET created_at = '1500-01-01' WHERE id = :id"), {"id": orphan}
+        )
+    zero_time = pg_db.job(
+        CARD_ANALYSIS,
+        scraps[0],
+        PROCESSING,
+        created_at=pg_db.ago(hours=3),
+        started_at=pg_db.ago(hours=2),
+    )
     minus_infinity = pg_db.job(SCRAP_REFINE, scraps[1], PENDING)
     long_ago = pg_db.job(CARD_ANALYSIS, scraps[2], PENDING)
     with pg_db.engine.begin() as conn:
-        conn.execute(text("UPDATE jobs SET started_at = '0001-01-01 00:00:00+00' WHERE id = :id"), {"id": zero_time})
-        conn.execute(text("UPDATE jobs SET created_at = '-infinity' WHERE id = :id"), {"id": minus_infinity})
-        conn.execute(text("UPDATE jobs SET created_at = '1500-01-01' WHERE id = :id"), {"id": long_ago})
+        conn.execute(
+            text("UPDATE jobs SET started_at = '0001-01-01 00:00:00+00' WHERE id = :id"),
+            {"id": zero_time},
+        )
+        conn.execute(
+            text("UPDATE jobs SET created_at = '-infinity' WHERE id = :id"), {"id": minus_infinity}
+        )
+        conn.execute(
+            text("UPDATE jobs SET created_at = '1500-01-01' WHERE id = :id"), {"id": long_ago}
+        )
     result, instance = run_recovery(pg_db)
     assert result.success
     ghosts = latest_metadata(instance, "ghost_job_recovery")
-    assert sorted(pair["failed_job_id"] for pair in ghosts["recovered"]) == sorted([zero_time, minus_infinity, long_ago])
-    assert [pair["scrap_id"] for pair in latest_metadata(instance, "orphan_scrap_recovery")["recovered"]] == [orphan]
+    assert sorted(pair["failed_job_id"] for pair in ghosts["recovered"]) == sorted(
+        [zero_time, minus_infinity, long_ago]
+    )
+    assert [
+        pair["scrap_id"] for pair in latest_metadata(instance, "orphan_scrap_recovery")["recovered"]
+    ] == [orphan]

@@ -7,8 +7,8 @@ from sqlalchemy import text
 
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
 from batch_pipeline.recovery.targets import detect_targets, recover_targets
-from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.dialects.postgresql import has_target_index
+from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.schema import CARD_ANALYSIS
 from batch_pipeline_tests.conftest import PG_WRITE_PATHS, san_database_on_path
 
@@ -32,7 +32,12 @@ def test_a_card_made_between_detection_and_write_is_not_re_enqueued(san_db):
         found = detect_targets(conn, ORPHAN_SCRAPS, now=san_db.now)
     san_db.card(late, user)  # a worker, in between
     report = recover_targets(
-        san_db.engine, Dispatcher(), ORPHAN_SCRAPS, found, now=san_db.now, thresholds={},
+        san_db.engine,
+        Dispatcher(),
+        ORPHAN_SCRAPS,
+        found,
+        now=san_db.now,
+        thresholds={},
     )
     assert report.skipped_by_race == 1
     assert [(j.job_type, j.target_id) for j in san_db.jobs()] == [(CARD_ANALYSIS, still)]
@@ -51,10 +56,14 @@ def test_the_full_sweep_prefers_the_key_indexes_only_with_the_target_index(pg_pa
     with pg_path_db.engine.connect() as conn:
         indexed = has_target_index(conn)
     with pg_path_db.engine.begin() as conn:
-        assert detect_targets(conn, ORPHAN_SCRAPS, now=pg_path_db.now)["scrap_id"].tolist() == [orphan]
+        assert detect_targets(conn, ORPHAN_SCRAPS, now=pg_path_db.now)["scrap_id"].tolist() == [
+            orphan
+        ]
         assert conn.execute(text("SHOW enable_seqscan")).scalar() == ("off" if indexed else "on")
     with pg_path_db.engine.begin() as conn:  # transaction-local, and not for a look-back window
         assert conn.execute(text("SHOW enable_seqscan")).scalar() == "on"
-        found = detect_targets(conn, ORPHAN_SCRAPS, now=pg_path_db.now, lookback=timedelta(hours=48))
+        found = detect_targets(
+            conn, ORPHAN_SCRAPS, now=pg_path_db.now, lookback=timedelta(hours=48)
+        )
         assert found["scrap_id"].tolist() == [orphan]
         assert conn.execute(text("SHOW enable_seqscan")).scalar() == "on"

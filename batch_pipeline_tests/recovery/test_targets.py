@@ -9,7 +9,12 @@ import pytest
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
 from batch_pipeline.recovery.plan import MAX_ATTEMPTS, MAX_ENQUEUE_PER_RUN, RecoveryPolicy
 from batch_pipeline.recovery.registry import RECOVERIES
-from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE, TargetRecovery, detect_targets, recover_targets
+from batch_pipeline.recovery.targets import (
+    ORPHAN_MIN_AGE,
+    TargetRecovery,
+    detect_targets,
+    recover_targets,
+)
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
 from batch_pipeline.recovery.unwritten_tils import UNWRITTEN_TILS
 from batch_pipeline.san.dispatch import Dispatcher
@@ -17,7 +22,9 @@ from batch_pipeline.san.schema import COMPLETED, FAILED, PENDING, PROCESSING
 
 TARGET_RECOVERIES = [recovery for recovery in RECOVERIES if isinstance(recovery, TargetRecovery)]
 RULES = pytest.mark.parametrize("rule", TARGET_RECOVERIES, ids=[r.name for r in TARGET_RECOVERIES])
-SCRAP_RULES = pytest.mark.parametrize("rule", [ORPHAN_SCRAPS, UNREFINED_SCRAPS], ids=["orphan", "unrefined"])
+SCRAP_RULES = pytest.mark.parametrize(
+    "rule", [ORPHAN_SCRAPS, UNREFINED_SCRAPS], ids=["orphan", "unrefined"]
+)
 
 
 def test_every_target_recovery_of_the_registry_is_tested_here():
@@ -45,19 +52,40 @@ def detect(db, rule, min_age=ORPHAN_MIN_AGE):
         return detect_targets(conn, rule, now=db.now, min_age=min_age)
 
 
-def recover(db, rule, candidates, max_attempts=MAX_ATTEMPTS, max_enqueue_per_run=MAX_ENQUEUE_PER_RUN, batch_size=1000,
-            dry_run=False):
+def recover(
+    db,
+    rule,
+    candidates,
+    max_attempts=MAX_ATTEMPTS,
+    max_enqueue_per_run=MAX_ENQUEUE_PER_RUN,
+    batch_size=1000,
+    dry_run=False,
+):
     return recover_targets(
-        db.engine, Dispatcher(), rule, candidates, now=db.now, thresholds={},
-        policy=RecoveryPolicy(max_attempts=max_attempts, max_enqueue_per_run=max_enqueue_per_run, batch_size=batch_size, dry_run=dry_run),
+        db.engine,
+        Dispatcher(),
+        rule,
+        candidates,
+        now=db.now,
+        thresholds={},
+        policy=RecoveryPolicy(
+            max_attempts=max_attempts,
+            max_enqueue_per_run=max_enqueue_per_run,
+            batch_size=batch_size,
+            dry_run=dry_run,
+        ),
     )
 
 
 @RULES
 def test_grace_period_leaves_young_scraps_alone(san_db, rule):
     user = san_db.user()
-    young = needy_scrap(san_db, rule, user, created_at=san_db.now - ORPHAN_MIN_AGE + timedelta(minutes=1))
-    old = needy_scrap(san_db, rule, user, created_at=san_db.now - ORPHAN_MIN_AGE - timedelta(minutes=1))
+    young = needy_scrap(
+        san_db, rule, user, created_at=san_db.now - ORPHAN_MIN_AGE + timedelta(minutes=1)
+    )
+    old = needy_scrap(
+        san_db, rule, user, created_at=san_db.now - ORPHAN_MIN_AGE - timedelta(minutes=1)
+    )
     healthy_target(san_db, rule, user, created_at=san_db.ago(hours=1))
     assert detect(san_db, rule)[rule.id_key].tolist() == [old]
     assert young in detect(san_db, rule, min_age=ORPHAN_MIN_AGE / 2)[rule.id_key].tolist()
@@ -70,7 +98,13 @@ def test_an_active_job_belongs_to_ghost_recovery(san_db, rule):
     processing = needy_scrap(san_db, rule, user)
     only_history = needy_scrap(san_db, rule, user)
     san_db.job(rule.job_type, pending, PENDING, created_at=san_db.ago(hours=5))
-    san_db.job(rule.job_type, processing, PROCESSING, created_at=san_db.ago(hours=5), started_at=san_db.ago(hours=5))
+    san_db.job(
+        rule.job_type,
+        processing,
+        PROCESSING,
+        created_at=san_db.ago(hours=5),
+        started_at=san_db.ago(hours=5),
+    )
     san_db.job(rule.job_type, only_history, FAILED, created_at=san_db.ago(hours=5))
     san_db.job(rule.job_type, only_history, COMPLETED, created_at=san_db.ago(hours=4))
     # an active job of another type does not count
@@ -92,7 +126,12 @@ def test_recovery_enqueues_one_pending_job_per_scrap(san_db, rule):
     assert [pair[rule.id_key] for pair in report.recovered] == ids  # oldest first
     for pair in report.recovered:
         job = san_db.get_job(pair["new_job_id"])
-        assert (job.job_type, job.target_id, job.status, job.retry_of_job_id) == (rule.job_type, pair[rule.id_key], PENDING, None)
+        assert (job.job_type, job.target_id, job.status, job.retry_of_job_id) == (
+            rule.job_type,
+            pair[rule.id_key],
+            PENDING,
+            None,
+        )
     assert detect(san_db, rule).empty
 
 
@@ -107,7 +146,8 @@ def test_poison_cap_reports_exhausted_and_enqueues_nothing(san_db, rule):
     assert report.exhausted == 1 and report.exhausted_ids == [poison]
     assert [pair[rule.id_key] for pair in report.recovered] == [healthy]
     assert len(san_db.jobs(target_id=poison)) == 3
-    assert recover(san_db, rule, detect(san_db, rule), max_attempts=0).enqueued == 1  # 0 = unlimited
+    # 0 = unlimited
+    assert recover(san_db, rule, detect(san_db, rule), max_attempts=0).enqueued == 1
 
 
 @RULES
@@ -150,7 +190,8 @@ def test_a_look_back_window_limits_detection_to_recent_scraps(san_db, rule):
     user = san_db.user()
     old = needy_scrap(san_db, rule, user, created_at=san_db.ago(hours=49))
     recent = needy_scrap(san_db, rule, user, created_at=san_db.ago(hours=47))
-    san_db.scrap(user, card=True, refined=True, created_at=san_db.ago(hours=1))  # recent, nothing missing
+    # recent, nothing missing
+    san_db.scrap(user, card=True, refined=True, created_at=san_db.ago(hours=1))
     with san_db.engine.connect() as conn:
         windowed = detect_targets(conn, rule, now=san_db.now, lookback=timedelta(hours=48))
         full = detect_targets(conn, rule, now=san_db.now)
@@ -177,8 +218,20 @@ def test_a_job_in_a_status_the_pipeline_does_not_know_counts_as_active(san_db, r
 def test_heal_ages_run_from_the_last_failure_else_from_the_save(san_db, rule):
     user = san_db.user()
     failed_before = needy_scrap(san_db, rule, user, created_at=san_db.ago(hours=5))
-    san_db.job(rule.job_type, failed_before, FAILED, created_at=san_db.ago(hours=4), updated_at=san_db.ago(hours=3))
-    san_db.job(rule.job_type, failed_before, FAILED, created_at=san_db.ago(hours=2), updated_at=san_db.ago(hours=1))
+    san_db.job(
+        rule.job_type,
+        failed_before,
+        FAILED,
+        created_at=san_db.ago(hours=4),
+        updated_at=san_db.ago(hours=3),
+    )
+    san_db.job(
+        rule.job_type,
+        failed_before,
+        FAILED,
+        created_at=san_db.ago(hours=2),
+        updated_at=san_db.ago(hours=1),
+    )
     needy_scrap(san_db, rule, user, created_at=san_db.ago(hours=2))  # never attempted
     report = recover(san_db, rule, detect(san_db, rule), batch_size=1)
     assert report.enqueued == 2
@@ -186,7 +239,9 @@ def test_heal_ages_run_from_the_last_failure_else_from_the_save(san_db, rule):
 
 
 @RULES
-def test_a_failed_heal_age_lookup_costs_only_the_figure_not_the_committed_writes(san_db, rule, monkeypatch, caplog):
+def test_a_failed_heal_age_lookup_costs_only_the_figure_not_the_committed_writes(
+    san_db, rule, monkeypatch, caplog
+):
     """The lookup runs beside the write batches; if it fails, the jobs are enqueued and
     reported all the same, their heal ages from the saves (a failed step would be retried and
     count its own work as races)."""
@@ -198,7 +253,9 @@ def test_a_failed_heal_age_lookup_costs_only_the_figure_not_the_committed_writes
     monkeypatch.setattr(targets, "last_failures", broken)
     user = san_db.user()
     scrap = needy_scrap(san_db, rule, user, created_at=san_db.ago(hours=5))
-    san_db.job(rule.job_type, scrap, FAILED, created_at=san_db.ago(hours=4), updated_at=san_db.ago(hours=1))
+    san_db.job(
+        rule.job_type, scrap, FAILED, created_at=san_db.ago(hours=4), updated_at=san_db.ago(hours=1)
+    )
     report = recover(san_db, rule, detect(san_db, rule))
     assert report.enqueued == 1 and len(san_db.jobs(target_id=scrap, status=PENDING)) == 1
     assert [round(age) for age in report.heal_ages_seconds] == [5 * 3600]

@@ -17,7 +17,9 @@ def detect(db):
 
 
 def recover(db, found):
-    return recover_targets(db.engine, Dispatcher(), UNWRITTEN_TILS, found, now=db.now, thresholds={})
+    return recover_targets(
+        db.engine, Dispatcher(), UNWRITTEN_TILS, found, now=db.now, thresholds={}
+    )
 
 
 def test_a_failed_or_vanished_til_job_is_healed_and_a_written_til_is_not(san_db):
@@ -33,7 +35,9 @@ def test_a_failed_or_vanished_til_job_is_healed_and_a_written_til_is_not(san_db)
     report = recover(san_db, found)
     assert [pair["summary_id"] for pair in report.recovered] == [failed, vanished]
     assert [(j.job_type, j.target_id, j.status) for j in san_db.jobs(status=PENDING)] == [
-        (TIL_GENERATION, failed, PENDING), (TIL_GENERATION, vanished, PENDING)]
+        (TIL_GENERATION, failed, PENDING),
+        (TIL_GENERATION, vanished, PENDING),
+    ]
     assert detect(san_db).empty
 
 
@@ -45,15 +49,25 @@ def test_a_summary_younger_than_the_grace_is_left_to_the_app(san_db):
 
 def test_a_til_written_or_a_job_created_between_detection_and_write_is_skipped(san_db):
     user = san_db.user()
-    written_late, enqueued_late, still = san_db.summary(user), san_db.summary(user), san_db.summary(user)
+    written_late, enqueued_late, still = (
+        san_db.summary(user),
+        san_db.summary(user),
+        san_db.summary(user),
+    )
     found = detect(san_db)
     with san_db.engine.begin() as conn:  # a worker writes one TIL, the app enqueues another's job
-        conn.execute(update(daily_summaries).where(daily_summaries.c.id == written_late).values(content="TIL"))
+        conn.execute(
+            update(daily_summaries)
+            .where(daily_summaries.c.id == written_late)
+            .values(content="TIL")
+        )
     app_job = san_db.job(TIL_GENERATION, enqueued_late, PENDING)
     report = recover(san_db, found)
     assert report.skipped_by_race == 2 and report.enqueued == 1
     assert [(j.target_id, j.id == app_job) for j in san_db.jobs(job_type=TIL_GENERATION)] == [
-        (enqueued_late, True), (still, False)]
+        (enqueued_late, True),
+        (still, False),
+    ]
 
 
 def test_a_stuck_til_job_is_the_ghost_recoverys_and_is_replaced_once(san_db):

@@ -1,7 +1,7 @@
 """The SAN database connection: bad input names the problem (a wrong URL, an unreachable server,
 a missing table or column), and every transaction bounds its waits."""
 
-from datetime import timezone
+from datetime import UTC
 from pathlib import Path
 
 import pandas as pd
@@ -12,11 +12,18 @@ from sqlalchemy.engine import make_url
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
 from batch_pipeline.recovery.targets import detect_targets
 from batch_pipeline.san.database import (
-    SanConnectionError, WriteLimits, check_connection, create_san_engine, database_now, read_transaction,
+    SanConnectionError,
+    WriteLimits,
+    check_connection,
+    create_san_engine,
+    database_now,
+    read_transaction,
     write_transaction,
 )
 from batch_pipeline.san.schema import (
-    SanSchemaError, scraps, verify_schema,
+    SanSchemaError,
+    scraps,
+    verify_schema,
 )
 from batch_pipeline_tests.conftest import APP_DDL, PgSchema
 
@@ -47,7 +54,10 @@ def test_unreachable_server_is_named_without_the_password():
     engine = create_san_engine("postgresql+psycopg://san:secret@127.0.0.1:1/san")
     with pytest.raises(SanConnectionError) as error:
         check_connection(engine)
-    assert "cannot connect to the SAN database at postgresql+psycopg://san:***@127.0.0.1:1/san" in str(error.value)
+    assert (
+        "cannot connect to the SAN database at postgresql+psycopg://san:***@127.0.0.1:1/san"
+        in str(error.value)
+    )
     assert "secret" not in str(error.value)
 
 
@@ -84,11 +94,14 @@ def test_every_transaction_bounds_its_waits_turns_jit_off_and_reads_in_utc_for_i
     limits = WriteLimits(lock_timeout_ms=1234, statement_timeout_ms=56789)
     for transaction in (read_transaction, write_transaction):
         with transaction(pg_db.engine, limits) as conn:
-            settings = [conn.execute(text(f"SHOW {name}")).scalar()
-                        for name in ("lock_timeout", "statement_timeout", "jit", "timezone")]
+            settings = [
+                conn.execute(text(f"SHOW {name}")).scalar()
+                for name in ("lock_timeout", "statement_timeout", "jit", "timezone")
+            ]
             assert settings == ["1234ms", "56789ms", "off", "UTC"]
             session = conn.connection.dbapi_connection
-        with pg_db.engine.connect() as conn:  # transaction-local: the pooled session is back to its defaults
+        # transaction-local: the pooled session is back to its defaults
+        with pg_db.engine.connect() as conn:
             assert conn.connection.dbapi_connection is session
             assert conn.execute(text("SHOW lock_timeout")).scalar() == "0"
 
@@ -96,13 +109,17 @@ def test_every_transaction_bounds_its_waits_turns_jit_off_and_reads_in_utc_for_i
 def test_a_libpq_password_parameter_is_redacted_like_the_password_itself():
     from batch_pipeline.san.database import redacted
 
-    shown = redacted("postgresql+psycopg://san@db:5432/san?password=s3cr3t&sslmode=require&sslpassword=k3y")
+    shown = redacted(
+        "postgresql+psycopg://san@db:5432/san?password=s3cr3t&sslmode=require&sslpassword=k3y"
+    )
     assert "s3cr3t" not in shown and "k3y" not in shown
     assert "sslmode=require" in shown and "password=***" in shown
     assert redacted("redis://:r3d1s@cache:6379/0") == "redis://:***@cache:6379/0"
 
 
-def test_a_writer_waits_for_another_batch_pipeline_batch_past_lock_timeout_but_not_for_an_app_lock(pg_db):
+def test_a_writer_waits_for_another_batch_pipeline_batch_past_lock_timeout_but_not_for_an_app_lock(
+    pg_db,
+):
     """Several TIL days of a backfill and a recovery run take turns at the write lock: a batch
     longer than lock_timeout must not fail the others. A table the app (a migration) holds
     still fails within lock_timeout."""
@@ -127,7 +144,9 @@ def test_a_writer_waits_for_another_batch_pipeline_batch_past_lock_timeout_but_n
         started = time.monotonic()
         with write_transaction(pg_db.engine, limits) as conn:
             waited = time.monotonic() - started
-            assert conn.execute(text("SELECT current_setting('lock_timeout')")).scalar_one() == "200ms"
+            assert (
+                conn.execute(text("SELECT current_setting('lock_timeout')")).scalar_one() == "200ms"
+            )
     finally:
         release.set()
         other.join()
@@ -149,16 +168,20 @@ def test_timestamps_come_back_in_utc_whatever_the_sessions_time_zone(pg_db):
     as datetime.timezone.utc (which pandas converts in C, not value by value through a
     ZoneInfo), and a detection frame holds the very instants stored."""
     url = make_url(pg_db.url)
-    seoul = create_san_engine(url.update_query_dict({"options": f"{url.query['options']} -ctimezone=Asia/Seoul"}))
+    seoul = create_san_engine(
+        url.update_query_dict({"options": f"{url.query['options']} -ctimezone=Asia/Seoul"})
+    )
     saved = pg_db.ago(hours=3)
     scrap = pg_db.scrap(pg_db.user(), created_at=saved)
     try:
         with seoul.connect() as conn:
             assert conn.execute(text("SHOW timezone")).scalar() == "Asia/Seoul"
         with read_transaction(seoul) as conn:
-            stored = conn.execute(select(scraps.c.created_at).where(scraps.c.id == scrap)).scalar_one()
+            stored = conn.execute(
+                select(scraps.c.created_at).where(scraps.c.id == scrap)
+            ).scalar_one()
             frame = detect_targets(conn, ORPHAN_SCRAPS, now=database_now(conn))
-        assert stored.tzinfo is timezone.utc and stored == saved
+        assert stored.tzinfo is UTC and stored == saved
         assert frame.loc[frame["scrap_id"] == scrap, "created_at"].tolist() == [pd.Timestamp(saved)]
     finally:
         seoul.dispose()

@@ -7,10 +7,14 @@ import redis
 from sqlalchemy import event
 
 from batch_pipeline.san.database import write_transaction
-from batch_pipeline.san.dispatch import (
-    DispatcherConfigError, NewJob, PgNotifyDispatcher, RedisStreamDispatcher, build_dispatcher,
-)
 from batch_pipeline.san.dialects.postgresql import has_target_index
+from batch_pipeline.san.dispatch import (
+    DispatcherConfigError,
+    NewJob,
+    PgNotifyDispatcher,
+    RedisStreamDispatcher,
+    build_dispatcher,
+)
 from batch_pipeline.san.enqueue import BatchWritten, EnqueueRequest, enqueue_jobs, run_in_batches
 from batch_pipeline.san.schema import CARD_ANALYSIS
 from batch_pipeline_tests.conftest import PG_WRITE_PATHS, job_notifications, san_database_on_path
@@ -25,9 +29,16 @@ def has_target_index_path(db) -> bool:
 
 def enqueue_batch(db, dispatcher):
     def write(conn, batch):
-        outcome = enqueue_jobs(conn, CARD_ANALYSIS, [EnqueueRequest(t) for t in batch], now=db.now, max_attempts=10,
-                               notify_channel=dispatcher.statement_channel)
+        outcome = enqueue_jobs(
+            conn,
+            CARD_ANALYSIS,
+            [EnqueueRequest(t) for t in batch],
+            now=db.now,
+            max_attempts=10,
+            notify_channel=dispatcher.statement_channel,
+        )
         return BatchWritten(outcome, outcome.created, outcome.announced)
+
     return write
 
 
@@ -39,10 +50,16 @@ def pg_path_db(request, tmp_path):
 
 def test_pg_notify_payloads_arrive_once_per_job_when_the_jobs_commit(pg_path_db):
     statements = []
-    event.listen(pg_path_db.engine, "before_cursor_execute", lambda conn, cursor, sql, *_: statements.append(sql))
+    event.listen(
+        pg_path_db.engine,
+        "before_cursor_execute",
+        lambda conn, cursor, sql, *_: statements.append(sql),
+    )
     with job_notifications(pg_path_db) as payloads:
         dispatcher = PgNotifyDispatcher(payloads.channel)
-        results, report = run_in_batches(pg_path_db.engine, dispatcher, [11, 12, 13], 2, enqueue_batch(pg_path_db, dispatcher))
+        results, report = run_in_batches(
+            pg_path_db.engine, dispatcher, [11, 12, 13], 2, enqueue_batch(pg_path_db, dispatcher)
+        )
     created = [job for outcome in results for job in outcome.created]
     assert report.batches == 2
     # With the target index the enqueue statement announces the jobs itself, and the batch
@@ -53,7 +70,8 @@ def test_pg_notify_payloads_arrive_once_per_job_when_the_jobs_commit(pg_path_db)
     assert len(notifying) == 2
     assert all(("INSERT INTO jobs" in sql) is in_statement for sql in notifying)
     assert sorted(payloads, key=lambda p: p["job_id"]) == [
-        {"job_id": job.job_id, "job_type": CARD_ANALYSIS, "target_id": job.target_id} for job in created
+        {"job_id": job.job_id, "job_type": CARD_ANALYSIS, "target_id": job.target_id}
+        for job in created
     ]
     assert sorted(p["target_id"] for p in payloads) == [11, 12, 13]
 
@@ -63,7 +81,8 @@ def test_pg_notify_is_not_sent_when_the_batch_rolls_back(pg_path_db):
         dispatcher = PgNotifyDispatcher(payloads.channel)
         with pytest.raises(RuntimeError):
             with write_transaction(pg_path_db.engine) as tx:
-                enqueue_batch(pg_path_db, dispatcher)(tx, [41, 42])  # the statement's own notify, if any
+                # the statement's own notify, if any
+                enqueue_batch(pg_path_db, dispatcher)(tx, [41, 42])
                 dispatcher.announce_in_transaction(tx, [NewJob(1, CARD_ANALYSIS, 1)])
                 raise RuntimeError("process died before commit")
     assert payloads == []
@@ -75,7 +94,10 @@ def test_redis_stream_gets_one_entry_per_job_after_commit(san_db):
     client = redis.Redis.from_url(REDIS_URL)
     try:
         results, report = run_in_batches(
-            san_db.engine, RedisStreamDispatcher(REDIS_URL, stream=stream), [21, 22], 10,
+            san_db.engine,
+            RedisStreamDispatcher(REDIS_URL, stream=stream),
+            [21, 22],
+            10,
             enqueue_batch(san_db, RedisStreamDispatcher(REDIS_URL, stream=stream)),
         )
         entries = client.xrange(stream)
@@ -84,7 +106,8 @@ def test_redis_stream_gets_one_entry_per_job_after_commit(san_db):
     created = results[0].created
     assert report.announce_failures == 0
     assert [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in entries] == [
-        {"job_id": str(job.job_id), "job_type": CARD_ANALYSIS, "target_id": str(job.target_id)} for job in created
+        {"job_id": str(job.job_id), "job_type": CARD_ANALYSIS, "target_id": str(job.target_id)}
+        for job in created
     ]
 
 
@@ -97,8 +120,9 @@ def test_redis_down_keeps_the_jobs_and_counts_the_failures(san_db, caplog):
 
 
 def test_the_notify_channel_is_configurable_and_checked():
-    assert build_dispatcher("pg_notify", "postgresql", REDIS_URL, notify_channel="san_jobs_staging").statement_channel == (
-        "san_jobs_staging")
+    assert build_dispatcher(
+        "pg_notify", "postgresql", REDIS_URL, notify_channel="san_jobs_staging"
+    ).statement_channel == ("san_jobs_staging")
     assert build_dispatcher(None, "postgresql", REDIS_URL).statement_channel == "san_jobs"
     for wrong in ("", "San-Jobs", "1jobs", "x" * 64, "jobs; DROP TABLE jobs"):
         with pytest.raises(DispatcherConfigError, match="SAN_NOTIFY_CHANNEL="):
@@ -109,7 +133,9 @@ def test_dispatcher_choice():
     assert build_dispatcher(None, "postgresql", REDIS_URL).kind == "pg_notify"
     assert build_dispatcher(None, "sqlite", REDIS_URL).kind == "none"
     assert build_dispatcher(" Redis_Stream ", "sqlite", REDIS_URL).kind == "redis_stream"
-    with pytest.raises(DispatcherConfigError, match="SAN_JOB_DISPATCHER='kafka' is not a dispatcher"):
+    with pytest.raises(
+        DispatcherConfigError, match="SAN_JOB_DISPATCHER='kafka' is not a dispatcher"
+    ):
         build_dispatcher("kafka", "postgresql", REDIS_URL)
     with pytest.raises(DispatcherConfigError, match="pg_notify needs PostgreSQL"):
         build_dispatcher("pg_notify", "sqlite", REDIS_URL)

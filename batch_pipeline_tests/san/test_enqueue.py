@@ -10,7 +10,14 @@ from sqlalchemy import text
 from batch_pipeline.san.database import write_transaction
 from batch_pipeline.san.enqueue import Eligibility, EnqueueRequest, enqueue_jobs
 from batch_pipeline.san.schema import (
-    CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, SCRAP_REFINE, app_guarantee_statement, scraps,
+    CARD_ANALYSIS,
+    COMPLETED,
+    FAILED,
+    PENDING,
+    PROCESSING,
+    SCRAP_REFINE,
+    app_guarantee_statement,
+    scraps,
 )
 from batch_pipeline_tests.conftest import PG_WRITE_PATHS, WRITE_PATHS, san_database_on_path
 
@@ -24,8 +31,12 @@ def db(request, tmp_path):
 def enqueue(db, job_type, targets, max_attempts=10, eligibility=None, retry_of=None):
     with write_transaction(db.engine) as conn:
         return enqueue_jobs(
-            conn, job_type, [EnqueueRequest(t, (retry_of or {}).get(t)) for t in targets], now=db.now,
-            max_attempts=max_attempts, eligibility=eligibility,
+            conn,
+            job_type,
+            [EnqueueRequest(t, (retry_of or {}).get(t)) for t in targets],
+            now=db.now,
+            max_attempts=max_attempts,
+            eligibility=eligibility,
         )
 
 
@@ -33,7 +44,9 @@ def test_enqueue_creates_one_job_per_distinct_target(db):
     outcome = enqueue(db, CARD_ANALYSIS, [1, 2, 2, 3])
     assert sorted(job.target_id for job in outcome.created) == [1, 2, 3]
     rows = db.jobs()
-    assert [(r.job_type, r.status, r.retry_of_job_id) for r in rows] == [(CARD_ANALYSIS, PENDING, None)] * 3
+    assert [(r.job_type, r.status, r.retry_of_job_id) for r in rows] == [
+        (CARD_ANALYSIS, PENDING, None)
+    ] * 3
     assert {job.job_id for job in outcome.created} == {r.id for r in rows}
     assert [job.job_id for job in outcome.created] == sorted(job.job_id for job in outcome.created)
 
@@ -43,7 +56,9 @@ def test_enqueue_never_makes_a_second_active_job(db):
     db.job(CARD_ANALYSIS, 2, PROCESSING)
     db.job(CARD_ANALYSIS, 3, COMPLETED)
     outcome = enqueue(db, CARD_ANALYSIS, [1, 2, 3])
-    assert sorted(outcome.already_active) == [1, 2] and [j.target_id for j in outcome.created] == [3]
+    assert sorted(outcome.already_active) == [1, 2] and [j.target_id for j in outcome.created] == [
+        3
+    ]
     # another job type for the same target is independent
     assert len(enqueue(db, SCRAP_REFINE, [1]).created) == 1
 
@@ -67,8 +82,12 @@ def test_targets_that_no_longer_need_the_job_are_dropped(db):
     user = db.user()
     unrefined = db.scrap(user, refined=False)
     refined = db.scrap(user, refined=True)  # a worker refined it since detection
-    outcome = enqueue(db, SCRAP_REFINE, [unrefined, refined, 999_999],
-                      eligibility=Eligibility(scraps, scraps.c.refined_content.is_(None)))
+    outcome = enqueue(
+        db,
+        SCRAP_REFINE,
+        [unrefined, refined, 999_999],
+        eligibility=Eligibility(scraps, scraps.c.refined_content.is_(None)),
+    )
     assert [j.target_id for j in outcome.created] == [unrefined]
     assert outcome.exhausted == [] and outcome.already_active == []
     assert [j.target_id for j in db.jobs()] == [unrefined]
@@ -81,11 +100,14 @@ def test_a_job_in_an_unknown_status_counts_as_active_at_write_time(db):
     db.job(CARD_ANALYSIS, 2, "CANCELLING")
     db.job(CARD_ANALYSIS, 3, FAILED)
     outcome = enqueue(db, CARD_ANALYSIS, [1, 2, 3])
-    assert sorted(outcome.already_active) == [1, 2] and [j.target_id for j in outcome.created] == [3]
+    assert sorted(outcome.already_active) == [1, 2] and [j.target_id for j in outcome.created] == [
+        3
+    ]
 
 
 # What show-indexes and doctor offer SAN's app: at most one active job per (job_type, target_id).
-APP_UNIQUE_ACTIVE_JOB = app_guarantee_statement("sqlite")  # the same statement, without CONCURRENTLY
+# the same statement, without CONCURRENTLY
+APP_UNIQUE_ACTIVE_JOB = app_guarantee_statement("sqlite")
 
 
 @pytest.mark.parametrize("path", PG_WRITE_PATHS)
@@ -99,8 +121,12 @@ def test_the_apps_own_enqueue_racing_the_insert_is_skipped_not_a_failed_batch(pa
             conn.execute(text(APP_UNIQUE_ACTIVE_JOB))
         app = db.engine.connect()
         app_transaction = app.begin()
-        app.execute(text("INSERT INTO jobs (job_type, target_id, status, created_at, updated_at) "
-                         "VALUES ('CARD_ANALYSIS', 7, 'PENDING', now(), now())"))
+        app.execute(
+            text(
+                "INSERT INTO jobs (job_type, target_id, status, created_at, updated_at) "
+                "VALUES ('CARD_ANALYSIS', 7, 'PENDING', now(), now())"
+            )
+        )
         committer = threading.Timer(1.0, app_transaction.commit)
         committer.start()
         try:
@@ -121,7 +147,13 @@ def test_a_batchs_statement_is_compiled_once_and_reused_by_the_next(tmp_path):
         for targets in ([1, 2, 3], [4, 5]):  # two batches of different sizes: one statement
             with write_transaction(db.engine) as conn:
                 conn.execution_options(compiled_cache=cache)
-                enqueue_jobs(conn, CARD_ANALYSIS, [EnqueueRequest(t) for t in targets], now=db.now, max_attempts=10)
+                enqueue_jobs(
+                    conn,
+                    CARD_ANALYSIS,
+                    [EnqueueRequest(t) for t in targets],
+                    now=db.now,
+                    max_attempts=10,
+                )
         inserts = [compiled for compiled in cache.values() if "INSERT INTO jobs" in str(compiled)]
         assert len(inserts) == 1
         assert [j.target_id for j in db.jobs()] == [1, 2, 3, 4, 5]

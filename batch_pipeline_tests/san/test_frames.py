@@ -8,7 +8,9 @@ from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.frames import INT, UTC_DATETIME, FrameSchema
 from batch_pipeline.san.schema import scraps
 
-SCRAPS = FrameSchema("Scraps", "scraps by id", {"id": INT, "user_id": INT, "created_at": UTC_DATETIME})
+SCRAPS = FrameSchema(
+    "Scraps", "scraps by id", {"id": INT, "user_id": INT, "created_at": UTC_DATETIME}
+)
 QUERY = select(scraps.c.id, scraps.c.user_id, scraps.c.created_at).order_by(scraps.c.id)
 
 
@@ -18,7 +20,11 @@ def test_a_frame_holds_the_stored_values_in_its_declared_dtypes(san_db):
     ids = [san_db.scrap(user, created_at=at) for at in saved]
     with san_db.engine.connect() as conn:
         frame = SCRAPS.from_rows(conn.execute(QUERY))
-    assert frame.dtypes.astype(str).to_dict() == {"id": "int64", "user_id": "int64", "created_at": "datetime64[ns, UTC]"}
+    assert frame.dtypes.astype(str).to_dict() == {
+        "id": "int64",
+        "user_id": "int64",
+        "created_at": "datetime64[ns, UTC]",
+    }
     assert frame["id"].tolist() == ids and frame["user_id"].tolist() == [user] * 3
     assert frame["created_at"].tolist() == [pd.Timestamp(at) for at in saved]
 

@@ -10,13 +10,19 @@ from batch_pipeline.san.schema import (
     index_advice,
 )
 
-EARLIER_UNREFINED_INDEX = "CREATE INDEX ix_san_scraps_unrefined ON scraps (created_at) WHERE refined_content IS NULL"
+EARLIER_UNREFINED_INDEX = (
+    "CREATE INDEX ix_san_scraps_unrefined ON scraps (created_at) WHERE refined_content IS NULL"
+)
 
 
 def index_names(db) -> set[str]:
     with db.engine.connect() as conn:
         inspector = inspect(conn)
-        return {ix["name"] for table in {index.table for index in RECOMMENDED_INDEXES} for ix in inspector.get_indexes(table)}
+        return {
+            ix["name"]
+            for table in {index.table for index in RECOMMENDED_INDEXES}
+            for ix in inspector.get_indexes(table)
+        }
 
 
 def test_create_indexes_replaces_the_superseded_index_and_can_run_again(san_db):
@@ -25,8 +31,12 @@ def test_create_indexes_replaces_the_superseded_index_and_can_run_again(san_db):
     with san_db.engine.connect() as conn:
         assert index_advice(conn).superseded == ["ix_san_scraps_unrefined"]
     changes = create_recommended_indexes(san_db.engine)
-    assert changes.statements[-1].startswith("DROP INDEX") and changes.statements[-1].endswith("IF EXISTS ix_san_scraps_unrefined")
-    assert changes.dropped == ["ix_san_scraps_unrefined"] and len(changes.created) == len(RECOMMENDED_INDEXES)
+    assert changes.statements[-1].startswith("DROP INDEX") and changes.statements[-1].endswith(
+        "IF EXISTS ix_san_scraps_unrefined"
+    )
+    assert changes.dropped == ["ix_san_scraps_unrefined"] and len(changes.created) == len(
+        RECOMMENDED_INDEXES
+    )
     names = index_names(san_db)
     assert {index.name for index in RECOMMENDED_INDEXES} <= names
     assert not set(SUPERSEDED_INDEXES) & names
@@ -38,10 +48,15 @@ def test_create_indexes_replaces_the_superseded_index_and_can_run_again(san_db):
 
 def test_recommended_indexes_are_idempotent(san_db):
     with san_db.engine.connect() as conn:
-        assert len(index_advice(conn).missing) == len(RECOMMENDED_INDEXES) == 7  # the app's DDL has none of them
+        # the app's DDL has none of them
+        assert len(index_advice(conn).missing) == len(RECOMMENDED_INDEXES) == 7
     create_recommended_indexes(san_db.engine)
     again = create_recommended_indexes(san_db.engine)  # again: nothing happens
-    assert again.statements == [] and again.created == [] and len(again.already_there) == len(RECOMMENDED_INDEXES)
+    assert (
+        again.statements == []
+        and again.created == []
+        and len(again.already_there) == len(RECOMMENDED_INDEXES)
+    )
     with san_db.engine.connect() as conn:
         assert index_advice(conn).missing == []
 
@@ -50,15 +65,24 @@ def test_an_invalid_index_counts_as_missing_and_create_indexes_rebuilds_it(pg_db
     from batch_pipeline.san.dialects.postgresql import has_target_index
 
     create_recommended_indexes(pg_db.engine)
-    with pg_db.engine.begin() as conn:  # what an interrupted CREATE INDEX CONCURRENTLY leaves behind
-        conn.execute(text("UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass('ix_san_jobs_target')"))
+    # what an interrupted CREATE INDEX CONCURRENTLY leaves behind
+    with pg_db.engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE pg_index SET indisvalid = false WHERE indexrelid = "
+                "to_regclass('ix_san_jobs_target')"
+            )
+        )
     with pg_db.engine.connect() as conn:
         advice = index_advice(conn)
-        assert [index.name for index in advice.missing] == ["ix_san_jobs_target"] and advice.invalid == ["ix_san_jobs_target"]
+        assert [index.name for index in advice.missing] == [
+            "ix_san_jobs_target"
+        ] and advice.invalid == ["ix_san_jobs_target"]
         assert advice.create_with[0] == "DROP INDEX CONCURRENTLY IF EXISTS ix_san_jobs_target"
         assert not has_target_index(conn)  # the enqueue path does not count on it either
     changes = create_recommended_indexes(pg_db.engine)
     assert changes.rebuilt == ["ix_san_jobs_target"] and changes.created == []
-    pg_db.engine.dispose()  # has_target_index is cached per connection (each run has its own engine)
+    # has_target_index is cached per connection (each run has its own engine)
+    pg_db.engine.dispose()
     with pg_db.engine.connect() as conn:
         assert index_advice(conn).missing == [] and has_target_index(conn)

@@ -6,9 +6,9 @@ database, so a test's workers must not hear another test's jobs.
 
 import pytest
 
+from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.sandbox.app_schema import SANDBOX_NICKNAME, init_sandbox
 from batch_pipeline.sandbox.scratch import scratch_database
-from batch_pipeline.san.database import create_san_engine
 from batch_pipeline_tests.conftest import SanDb, pg_admin_url
 
 

@@ -6,38 +6,63 @@ import uuid
 import redis
 from sqlalchemy import select
 
+from batch_pipeline.san.database import create_san_engine
+from batch_pipeline.san.dispatch import Dispatcher, PgNotifyDispatcher, RedisStreamDispatcher
+from batch_pipeline.san.schema import (
+    CARD_ANALYSIS,
+    COMPLETED,
+    PENDING,
+    SCRAP_REFINE,
+    jobs,
+    scraps,
+    users,
+)
 from batch_pipeline.sandbox.ai import POISON_MARKER
 from batch_pipeline.sandbox.app import save_scraps
 from batch_pipeline.sandbox.app_schema import app_scraps
 from batch_pipeline.sandbox.events import PgNotifyEvents, PollingEvents, RedisStreamEvents
 from batch_pipeline.sandbox.faults import Faults
 from batch_pipeline.sandbox.worker import ReferenceWorker
-from batch_pipeline.san.database import create_san_engine
-from batch_pipeline.san.dispatch import Dispatcher, PgNotifyDispatcher, RedisStreamDispatcher
-from batch_pipeline.san.schema import CARD_ANALYSIS, COMPLETED, PENDING, SCRAP_REFINE, jobs, scraps, users
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 def test_each_scrap_gets_its_two_jobs_and_app_deaths_leave_scraps_without_jobs(sandbox):
-    report = save_scraps(sandbox.engine, Dispatcher(), count=200, users=20, faults=Faults(app_dies_before_enqueue=0.3, seed=3))
+    report = save_scraps(
+        sandbox.engine,
+        Dispatcher(),
+        count=200,
+        users=20,
+        faults=Faults(app_dies_before_enqueue=0.3, seed=3),
+    )
     assert report.scraps == 200 and 40 < report.app_deaths < 80
     assert sandbox.count(users) == 20 and sandbox.count(scraps) == 200
     assert sandbox.count(jobs) == report.jobs == 2 * (200 - report.app_deaths)
     with sandbox.engine.connect() as conn:
-        without_jobs = conn.execute(
-            select(scraps.c.id).where(~scraps.c.id.in_(select(jobs.c.target_id)))
-        ).scalars().all()
+        without_jobs = (
+            conn.execute(select(scraps.c.id).where(~scraps.c.id.in_(select(jobs.c.target_id))))
+            .scalars()
+            .all()
+        )
     assert len(without_jobs) == report.app_deaths
     for scrap_id in {job.target_id for job in sandbox.jobs()}:
-        assert sorted(j.job_type for j in sandbox.jobs(target_id=scrap_id)) == [CARD_ANALYSIS, SCRAP_REFINE]
+        assert sorted(j.job_type for j in sandbox.jobs(target_id=scrap_id)) == [
+            CARD_ANALYSIS,
+            SCRAP_REFINE,
+        ]
     assert all(job.status == PENDING for job in sandbox.jobs())
 
 
 def test_poison_scraps_carry_the_marker(sandbox):
-    report = save_scraps(sandbox.engine, Dispatcher(), count=50, users=5, faults=Faults(poison=0.2, seed=1))
+    report = save_scraps(
+        sandbox.engine, Dispatcher(), count=50, users=5, faults=Faults(poison=0.2, seed=1)
+    )
     with sandbox.engine.connect() as conn:
-        marked = set(conn.execute(select(app_scraps.c.id).where(app_scraps.c.original_content.contains(POISON_MARKER))).scalars())
+        marked = set(
+            conn.execute(
+                select(app_scraps.c.id).where(app_scraps.c.original_content.contains(POISON_MARKER))
+            ).scalars()
+        )
     assert marked == set(report.poison_scrap_ids) and 0 < len(marked) < 50
 
 
@@ -52,18 +77,27 @@ def test_a_pg_notify_worker_hears_every_job_the_app_announces(pg_scratch_url):
     while batch := events.next_job_ids(0.5):
         heard += batch
     with engine.connect() as conn:
-        assert sorted(heard) == sorted(conn.execute(select(jobs.c.id)).scalars()) and len(heard) == report.jobs
+        assert (
+            sorted(heard) == sorted(conn.execute(select(jobs.c.id)).scalars())
+            and len(heard) == report.jobs
+        )
     events.close()
     engine.dispose()
 
 
 def test_a_redis_stream_worker_hears_every_job_once_across_the_group(sandbox):
     stream = f"bp_test:jobs:{uuid.uuid4().hex[:8]}"
-    workers = [ReferenceWorker(sandbox.engine, RedisStreamEvents(REDIS_URL, f"w{i}", stream=stream)) for i in range(2)]
+    workers = [
+        ReferenceWorker(sandbox.engine, RedisStreamEvents(REDIS_URL, f"w{i}", stream=stream))
+        for i in range(2)
+    ]
     try:
-        report = save_scraps(sandbox.engine, RedisStreamDispatcher(REDIS_URL, stream=stream), count=10, users=2)
+        report = save_scraps(
+            sandbox.engine, RedisStreamDispatcher(REDIS_URL, stream=stream), count=10, users=2
+        )
         stats = [w.drain(idle_s=0.3) for w in workers]
-        assert sum(s.heard for s in stats) == report.jobs == 20  # a consumer group: each entry to one worker
+        # a consumer group: each entry to one worker
+        assert sum(s.heard for s in stats) == report.jobs == 20
         assert sum(s.completed for s in stats) == 20
         assert all(job.status == COMPLETED for job in sandbox.jobs())
     finally:

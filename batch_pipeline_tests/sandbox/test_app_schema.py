@@ -3,9 +3,9 @@
 import pytest
 from sqlalchemy import inspect, text
 
-from batch_pipeline.sandbox.__main__ import main
-from batch_pipeline.sandbox.app_schema import NotASandbox, SAN_TABLES, init_sandbox, require_sandbox
 from batch_pipeline.san.schema import scraps
+from batch_pipeline.sandbox.__main__ import main
+from batch_pipeline.sandbox.app_schema import SAN_TABLES, NotASandbox, init_sandbox, require_sandbox
 from batch_pipeline_tests.conftest import PgSchema
 
 
@@ -18,10 +18,14 @@ def test_a_sandbox_has_the_same_tables_and_columns_as_the_app_ddl():
     app, sandbox = PgSchema(app_ddl=True), PgSchema(app_ddl=False)
     try:
         with sandbox.engine.begin() as conn:
-            conn.execute(text("DROP TABLE daily_summaries, jobs, knowledge_cards, scraps, users CASCADE"))
+            conn.execute(
+                text("DROP TABLE daily_summaries, jobs, knowledge_cards, scraps, users CASCADE")
+            )
         assert init_sandbox(sandbox.engine) is True
         for table in SAN_TABLES:
-            assert columns(sandbox.engine, table.name) == columns(app.engine, table.name), table.name
+            assert columns(sandbox.engine, table.name) == columns(app.engine, table.name), (
+                table.name
+            )
     finally:
         app.drop()
         sandbox.drop()
@@ -52,40 +56,51 @@ def test_the_cli_refuses_a_real_database_with_a_clear_error(san_db, capsys):
 
 
 def test_the_cli_names_a_bad_fault_value(tmp_path, capsys):
-    assert main(["load", "--ai-fails", "1.5", "--database-url", f"sqlite:///{tmp_path}/x.sqlite"]) == 2
+    assert (
+        main(["load", "--ai-fails", "1.5", "--database-url", f"sqlite:///{tmp_path}/x.sqlite"]) == 2
+    )
     assert "ai_fails" in capsys.readouterr().err
 
 
 def test_once_real_users_arrive_every_entry_point_refuses_and_writes_nothing(pg_db):
     """`sandbox init` on an empty, freshly migrated production database, then real users
     arrive: the marker alone must not let the sandbox age, load, work or seed it."""
+    from datetime import timedelta
+
+    from batch_pipeline.san.dispatch import Dispatcher
+    from batch_pipeline.san.schema import CARD_ANALYSIS, PENDING
     from batch_pipeline.sandbox.app import save_scraps
     from batch_pipeline.sandbox.demo import seed_demo_state
     from batch_pipeline.sandbox.faults import Faults
     from batch_pipeline.sandbox.time_travel import age_database
     from batch_pipeline.sandbox.worker import ReferenceWorker
-    from batch_pipeline.san.dispatch import Dispatcher
-    from datetime import timedelta
-
-    from batch_pipeline.san.schema import CARD_ANALYSIS, PENDING
     from batch_pipeline_tests.sandbox.conftest import ListedEvents
 
     def state():
         with pg_db.engine.connect() as conn:
-            return conn.execute(text("SELECT (SELECT count(*) FROM users), (SELECT count(*) FROM scraps), "
-                                     "(SELECT max(created_at) FROM scraps), (SELECT status FROM jobs)")).one()
+            return conn.execute(
+                text(
+                    "SELECT (SELECT count(*) FROM users), (SELECT count(*) FROM scraps), "
+                    "(SELECT max(created_at) FROM scraps), (SELECT status FROM jobs)"
+                )
+            ).one()
 
     assert init_sandbox(pg_db.engine) is True
     real = pg_db.user(nickname="Kim")  # the app's first real user
     scrap = pg_db.scrap(real, created_at=pg_db.ago(hours=1))
     job = pg_db.job(CARD_ANALYSIS, scrap, PENDING)
     before = state()
-    for attempt in (lambda: age_database(pg_db.engine, timedelta(hours=2)),
-                    lambda: save_scraps(pg_db.engine, Dispatcher(), count=3, users=2, faults=Faults()),
-                    lambda: ReferenceWorker(pg_db.engine, ListedEvents([job])).drain(),
-                    lambda: seed_demo_state(pg_db.engine)):
-        with pytest.raises(NotASandbox, match=f"holds users the sandbox did not create \\(user {real}\\)"):
+    for attempt in (
+        lambda: age_database(pg_db.engine, timedelta(hours=2)),
+        lambda: save_scraps(pg_db.engine, Dispatcher(), count=3, users=2, faults=Faults()),
+        lambda: ReferenceWorker(pg_db.engine, ListedEvents([job])).drain(),
+        lambda: seed_demo_state(pg_db.engine),
+    ):
+        with pytest.raises(
+            NotASandbox, match=f"holds users the sandbox did not create \\(user {real}\\)"
+        ):
             attempt()
-    assert state() == before and before[3] == PENDING  # not aged, not loaded, not worked, not seeded
+    # not aged, not loaded, not worked, not seeded
+    assert state() == before and before[3] == PENDING
     for command in (["age", "--hours", "2"], ["load", "--scraps", "1"], ["work"]):
         assert main([*command, "--database-url", pg_db.url]) == 2, command

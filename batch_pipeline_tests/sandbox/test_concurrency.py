@@ -8,16 +8,16 @@ from datetime import timedelta
 
 from sqlalchemy import func, select
 
+from batch_pipeline.san.database import create_san_engine
+from batch_pipeline.san.dispatch import Dispatcher
+from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
+from batch_pipeline.san.schema import COMPLETED, FAILED, knowledge_cards
 from batch_pipeline.sandbox.app import save_scraps
 from batch_pipeline.sandbox.app_schema import init_sandbox
 from batch_pipeline.sandbox.convergence import DUPLICATE_ACTIVE_JOBS
 from batch_pipeline.sandbox.faults import Faults
 from batch_pipeline.sandbox.pool import WorkerPool, WorkerSettings
 from batch_pipeline.sandbox.time_travel import age_database
-from batch_pipeline.san.database import create_san_engine
-from batch_pipeline.san.dispatch import Dispatcher
-from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
-from batch_pipeline.san.schema import COMPLETED, FAILED, knowledge_cards
 from batch_pipeline_tests.conftest import SanDb
 
 GHOST_SCRAPS = 200  # 400 ghost jobs: each scrap's SCRAP_REFINE and CARD_ANALYSIS
@@ -44,15 +44,26 @@ def recovery_process(url, barrier, results):
     _meeting["barrier"] = barrier
     instance = DagsterInstance.ephemeral()
     result = defs.resolve_job_def("recovery_job").execute_in_process(
-        run_config={**recovery_run_config({"batch_size": 10}),
-                    "loggers": {"console": {"config": {"log_level": "WARNING"}}}},
-        resources={"san_database": SanDatabase(url=url), "job_dispatcher": MeetAfterDetection(kind="pg_notify")},
+        run_config={
+            **recovery_run_config({"batch_size": 10}),
+            "loggers": {"console": {"config": {"log_level": "WARNING"}}},
+        },
+        resources={
+            "san_database": SanDatabase(url=url),
+            "job_dispatcher": MeetAfterDetection(kind="pg_notify"),
+        },
         instance=instance,
         raise_on_error=False,
     )
     event = instance.get_latest_materialization_event(AssetKey("ghost_job_recovery"))
     meta = event.asset_materialization.metadata
-    results.put((result.success, meta["detected"].value, [r["failed_job_id"] for r in meta["recovered"].value]))
+    results.put(
+        (
+            result.success,
+            meta["detected"].value,
+            [r["failed_job_id"] for r in meta["recovered"].value],
+        )
+    )
 
 
 def test_two_recovery_processes_and_worker_processes_on_the_same_ghosts(pg_scratch_url):
@@ -66,9 +77,14 @@ def test_two_recovery_processes_and_worker_processes_on_the_same_ghosts(pg_scrat
 
     context = multiprocessing.get_context("spawn")
     barrier, results = context.Barrier(3), context.Queue()
-    settings = WorkerSettings(pg_scratch_url, "pg_notify", Faults(), backlog=True, backlog_newest_first=True)
+    settings = WorkerSettings(
+        pg_scratch_url, "pg_notify", Faults(), backlog=True, backlog_newest_first=True
+    )
     with WorkerPool(settings, 2) as pool:
-        runs = [context.Process(target=recovery_process, args=(pg_scratch_url, barrier, results)) for _ in range(2)]
+        runs = [
+            context.Process(target=recovery_process, args=(pg_scratch_url, barrier, results))
+            for _ in range(2)
+        ]
         for run in runs:
             run.start()
         barrier.wait(120)  # both runs have detected every ghost; now all write at once
@@ -77,11 +93,16 @@ def test_two_recovery_processes_and_worker_processes_on_the_same_ghosts(pg_scrat
         for run in runs:
             run.join(60)
         after = pool.drain(idle_s=1.0)  # the replacements, announced by pg_notify
-    print(f"workers: {during.completed} completed during the runs ({during.not_claimed} lost the race), "
-          f"{after.completed} replacements after; runs closed {[len(r[2]) for r in reports]}")
+    print(
+        f"workers: {during.completed} completed during the runs ({during.not_claimed} lost the "
+        "race), "
+        f"{after.completed} replacements after; runs closed {[len(r[2]) for r in reports]}"
+    )
 
     assert all(success for success, _, _ in reports)
-    assert [detected for _, detected, _ in reports] == [2 * GHOST_SCRAPS] * 2  # both saw every ghost
+    assert [detected for _, detected, _ in reports] == [
+        2 * GHOST_SCRAPS
+    ] * 2  # both saw every ghost
     closed = [job_id for _, _, ids in reports for job_id in ids]
     originals = {job.id: job for job in db.jobs() if job.id in ghosts}
     failed = {i for i, job in originals.items() if job.status == FAILED}
@@ -99,6 +120,9 @@ def test_two_recovery_processes_and_worker_processes_on_the_same_ghosts(pg_scrat
         assert replacement.status == COMPLETED
     with engine.connect() as conn:
         assert conn.execute(DUPLICATE_ACTIVE_JOBS).scalar_one() == 0
-        assert conn.execute(select(func.count(func.distinct(knowledge_cards.c.scrap_id)))).scalar_one() == GHOST_SCRAPS
+        assert (
+            conn.execute(select(func.count(func.distinct(knowledge_cards.c.scrap_id)))).scalar_one()
+            == GHOST_SCRAPS
+        )
     assert db.count(knowledge_cards) == GHOST_SCRAPS
     engine.dispose()

@@ -6,9 +6,9 @@ fault rates; and a smaller run on SQLite with polling workers. `-s` shows the ta
 
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
+from batch_pipeline.san.schema import CARD_ANALYSIS, SCRAP_REFINE
 from batch_pipeline.sandbox.convergence import run_convergence
 from batch_pipeline.sandbox.faults import Faults
-from batch_pipeline.san.schema import CARD_ANALYSIS, SCRAP_REFINE
 
 MAX_ATTEMPTS = 20
 MARGIN = 1.25  # the measured unmet count may exceed the prediction by 25 % (+5): sampling noise
@@ -26,7 +26,7 @@ def assert_converged(result, workers_saw_faults=True):
     # the unmet count falls at least as fast as the failure rate predicts, and never rises
     for cycle in cycles:
         assert cycle.needs_after <= cycle.expected_after * MARGIN + 5, cycle
-    for previous, cycle in zip(cycles, cycles[1:]):
+    for previous, cycle in zip(cycles, cycles[1:], strict=True):
         assert cycle.needs_after <= previous.needs_after, cycle
     assert cycles[0].needs_after > 0  # the faults really struck
 
@@ -49,8 +49,10 @@ def assert_converged(result, workers_saw_faults=True):
     til = result.til
     assert til.active_users and set(til.summaries_per_user) == til.active_users
     assert set(til.summaries_per_user.values()) == {1}
-    assert til.written == til.summaries_created == len(til.active_users)  # every summary got its TIL
-    assert til.jobs_completed >= til.written - til.ai_failures  # and almost every one a COMPLETED job
+    # every summary got its TIL
+    assert til.written == til.summaries_created == len(til.active_users)
+    # and almost every one a COMPLETED job
+    assert til.jobs_completed >= til.written - til.ai_failures
     assert til.duplicates == 0
     # AI failures struck the TIL jobs too, and til_generation_recovery (the fifth) healed them
     assert til.ai_failures > 0 and til.recovered > 0
@@ -60,14 +62,27 @@ def assert_converged(result, workers_saw_faults=True):
 
 
 def test_the_pipeline_converges_under_chaos_on_postgres(pg_scratch_url):
-    result = run_convergence(pg_scratch_url, scraps_to_save=2_000, users=200, workers=4,
-                             faults=Faults.convergence_rates(seed=1), max_attempts=MAX_ATTEMPTS, dispatcher="pg_notify")
+    result = run_convergence(
+        pg_scratch_url,
+        scraps_to_save=2_000,
+        users=200,
+        workers=4,
+        faults=Faults.convergence_rates(seed=1),
+        max_attempts=MAX_ATTEMPTS,
+        dispatcher="pg_notify",
+    )
     assert result.app_deaths > 50 and len(result.poison_scrap_ids) > 5  # the app-side faults struck
     assert_converged(result)
 
 
 def test_the_pipeline_converges_under_chaos_on_sqlite_with_polling_workers(tmp_path):
-    result = run_convergence(f"sqlite:///{tmp_path / 'sandbox.sqlite'}", scraps_to_save=300, users=30, workers=2,
-                             faults=Faults.convergence_rates(seed=2).model_copy(update={"poison": 0.02}),
-                             max_attempts=MAX_ATTEMPTS, dispatcher="none")
+    result = run_convergence(
+        f"sqlite:///{tmp_path / 'sandbox.sqlite'}",
+        scraps_to_save=300,
+        users=30,
+        workers=2,
+        faults=Faults.convergence_rates(seed=2).model_copy(update={"poison": 0.02}),
+        max_attempts=MAX_ATTEMPTS,
+        dispatcher="none",
+    )
     assert_converged(result)

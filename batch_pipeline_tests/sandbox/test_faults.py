@@ -6,7 +6,17 @@ from pydantic import ValidationError
 from batch_pipeline.sandbox.faults import Faults
 
 
-@pytest.mark.parametrize("knob", ["event_lost", "app_dies_before_enqueue", "worker_dies_mid_job", "ai_fails", "poison", "slow_worker"])
+@pytest.mark.parametrize(
+    "knob",
+    [
+        "event_lost",
+        "app_dies_before_enqueue",
+        "worker_dies_mid_job",
+        "ai_fails",
+        "poison",
+        "slow_worker",
+    ],
+)
 @pytest.mark.parametrize("value", [-0.1, 1.5, "often"])
 def test_a_probability_out_of_range_or_not_a_number_is_refused_by_name(knob, value):
     with pytest.raises(ValidationError, match=knob):
@@ -21,8 +31,12 @@ def test_an_unknown_knob_is_refused():
 def test_draws_are_deterministic_per_seed_and_match_the_rate():
     faults = Faults(event_lost=0.2, seed=7)
     draws = [faults.happens("event_lost", key) for key in range(20_000)]
-    assert draws == [Faults(event_lost=0.2, seed=7).happens("event_lost", key) for key in range(20_000)]
-    assert draws != [Faults(event_lost=0.2, seed=8).happens("event_lost", key) for key in range(20_000)]
+    assert draws == [
+        Faults(event_lost=0.2, seed=7).happens("event_lost", key) for key in range(20_000)
+    ]
+    assert draws != [
+        Faults(event_lost=0.2, seed=8).happens("event_lost", key) for key in range(20_000)
+    ]
     assert 0.19 < sum(draws) / len(draws) < 0.21
     assert not any(Faults().happens("event_lost", key) for key in range(1000))
     assert all(Faults(ai_fails=1.0).happens("ai_fails", key) for key in range(1000))
@@ -30,9 +44,13 @@ def test_draws_are_deterministic_per_seed_and_match_the_rate():
 
 def test_knobs_draw_independently():
     faults = Faults(event_lost=0.5, ai_fails=0.5)
-    both = sum(faults.happens("event_lost", k) and faults.happens("ai_fails", k) for k in range(20_000))
+    both = sum(
+        faults.happens("event_lost", k) and faults.happens("ai_fails", k) for k in range(20_000)
+    )
     assert 0.23 < both / 20_000 < 0.27
 
 
 def test_the_convergence_rates_fail_about_40_percent_of_attempts():
-    assert Faults.convergence_rates().attempt_failure_rate == pytest.approx(1 - 0.8 * 0.9 * 0.95 * 0.85)
+    assert Faults.convergence_rates().attempt_failure_rate == pytest.approx(
+        1 - 0.8 * 0.9 * 0.95 * 0.85
+    )

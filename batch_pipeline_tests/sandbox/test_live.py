@@ -5,18 +5,20 @@ import pytest
 from dagster import DagsterInstance
 from sqlalchemy import func, select
 
-from batch_pipeline.sandbox.app_schema import NotASandbox
-from batch_pipeline.sandbox.faults import Faults
-from batch_pipeline.sandbox.live import LiveSettings, run_live
-from batch_pipeline.sandbox.convergence import latest_audit
-from batch_pipeline.sandbox.demo import seed_demo_state
 from batch_pipeline.san.resources import SanDatabase
 from batch_pipeline.san.schema import COMPLETED, jobs, scraps
+from batch_pipeline.sandbox.app_schema import NotASandbox
+from batch_pipeline.sandbox.convergence import latest_audit
+from batch_pipeline.sandbox.demo import seed_demo_state
+from batch_pipeline.sandbox.faults import Faults
+from batch_pipeline.sandbox.live import LiveSettings, run_live
 from batch_pipeline_tests.conftest import SanDb
 from batch_pipeline_tests.recovery.test_jobs import run_recovery
 
 
-def test_a_living_sandbox_keeps_saving_working_and_failing_and_recovery_heals_it(tmp_path, monkeypatch):
+def test_a_living_sandbox_keeps_saving_working_and_failing_and_recovery_heals_it(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("SAN_DATA_DIR", str(tmp_path))
     monkeypatch.delenv("SAN_DATABASE_URL", raising=False)
     embedded = SanDatabase()
@@ -25,9 +27,15 @@ def test_a_living_sandbox_keeps_saving_working_and_failing_and_recovery_heals_it
     with engine.connect() as conn:
         seeded = conn.execute(select(func.count()).select_from(scraps)).scalar_one()
 
-    faults = Faults(event_lost=0.3, worker_dies_mid_job=0.2, ai_fails=0.2, app_dies_before_enqueue=0.2, seed=5)
-    stats = run_live(engine, LiveSettings(tick_s=0.3, scraps_per_tick=5, san_minutes_per_tick=20, faults=faults),
-                     ticks=8, report=print)
+    faults = Faults(
+        event_lost=0.3, worker_dies_mid_job=0.2, ai_fails=0.2, app_dies_before_enqueue=0.2, seed=5
+    )
+    stats = run_live(
+        engine,
+        LiveSettings(tick_s=0.3, scraps_per_tick=5, san_minutes_per_tick=20, faults=faults),
+        ticks=8,
+        report=print,
+    )
 
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(scraps)).scalar_one() == seeded + 40
@@ -39,7 +47,8 @@ def test_a_living_sandbox_keeps_saving_working_and_failing_and_recovery_heals_it
     result, _ = run_recovery(db, instance=instance)
     assert result.success
     assert latest_audit(instance, "ghost_job_recovery")["enqueued"] > 0  # lost events, dead workers
-    assert latest_audit(instance, "orphan_scrap_recovery")["enqueued"] > 0  # app deaths, AI failures
+    # app deaths, AI failures
+    assert latest_audit(instance, "orphan_scrap_recovery")["enqueued"] > 0
     embedded.teardown_after_execution(None)
 
 

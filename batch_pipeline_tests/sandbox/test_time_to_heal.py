@@ -6,16 +6,18 @@ printed; the targets themselves are measured by `python -m batch_pipeline.sandbo
 
 import pytest
 
+from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.sandbox.app_schema import init_sandbox
 from batch_pipeline.sandbox.scratch import scratch_database
 from batch_pipeline.sandbox.time_to_heal import ExperimentSettings, run_experiment
-from batch_pipeline.san.database import create_san_engine
 from batch_pipeline_tests.conftest import pg_admin_url
 
 
 @pytest.mark.timeout(1200)  # 2 min of saves, then up to 9 min to heal, plus the daemon's start
 def test_every_lost_event_failed_call_and_app_death_heals_within_minutes_under_the_daemon(tmp_path):
-    settings = ExperimentSettings(save_minutes=2, heal_deadline_minutes=9, scraps_per_minute=30, grace_minutes=1)
+    settings = ExperimentSettings(
+        save_minutes=2, heal_deadline_minutes=9, scraps_per_minute=30, grace_minutes=1
+    )
     with scratch_database(pg_admin_url(), prefix="san_tth_test") as url:
         engine = create_san_engine(url)
         init_sandbox(engine)

@@ -1,16 +1,16 @@
 """Time travel ages every SAN timestamp by the same amount, and only in a sandbox."""
 
-from datetime import timedelta, timezone
+from datetime import UTC, timedelta
 
 import pytest
 from sqlalchemy import select, text
 
-from batch_pipeline.sandbox.app import save_scraps
-from batch_pipeline.sandbox.app_schema import NotASandbox, SAN_TABLES, TIMESTAMP_COLUMNS
-from batch_pipeline.sandbox.time_travel import age_database
-from batch_pipeline.sandbox.worker import ReferenceWorker
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.schema import scraps
+from batch_pipeline.sandbox.app import save_scraps
+from batch_pipeline.sandbox.app_schema import SAN_TABLES, TIMESTAMP_COLUMNS, NotASandbox
+from batch_pipeline.sandbox.time_travel import age_database
+from batch_pipeline.sandbox.worker import ReferenceWorker
 from batch_pipeline_tests.sandbox.conftest import ListedEvents
 
 
@@ -20,9 +20,9 @@ def timestamps(db) -> dict:
         for table in SAN_TABLES:
             columns = [table.c[name] for name in TIMESTAMP_COLUMNS[table.name]]
             for row in conn.execute(select(table.c.id, *columns)):
-                for name, value in zip(TIMESTAMP_COLUMNS[table.name], row[1:]):
+                for name, value in zip(TIMESTAMP_COLUMNS[table.name], row[1:], strict=True):
                     if value is not None and value.tzinfo is None:
-                        value = value.replace(tzinfo=timezone.utc)
+                        value = value.replace(tzinfo=UTC)
                     found[(table.name, row.id, name)] = value
     return found
 
@@ -30,7 +30,9 @@ def timestamps(db) -> dict:
 def test_every_timestamp_moves_back_by_the_same_amount_and_nulls_stay_null(sandbox):
     save_scraps(sandbox.engine, Dispatcher(), count=3, users=2)
     first_job = sandbox.jobs()[0].id
-    ReferenceWorker(sandbox.engine, ListedEvents([first_job])).drain()  # some started/finished set, some NULL
+    ReferenceWorker(
+        sandbox.engine, ListedEvents([first_job])
+    ).drain()  # some started/finished set, some NULL
     before = timestamps(sandbox)
     assert any(v is None for v in before.values()) and len(before) > 20
 
@@ -47,11 +49,18 @@ def test_time_travel_refuses_a_database_that_is_not_a_sandbox(san_db):
     scrap = san_db.scrap(user)
     before = san_db.count(scraps)
     with san_db.engine.connect() as conn:
-        created = conn.execute(text("SELECT created_at FROM scraps WHERE id = :id"), {"id": scrap}).scalar_one()
+        created = conn.execute(
+            text("SELECT created_at FROM scraps WHERE id = :id"), {"id": scrap}
+        ).scalar_one()
     with pytest.raises(NotASandbox, match="not a sandbox"):
         age_database(san_db.engine, timedelta(hours=2))
     with san_db.engine.connect() as conn:
-        assert conn.execute(text("SELECT created_at FROM scraps WHERE id = :id"), {"id": scrap}).scalar_one() == created
+        assert (
+            conn.execute(
+                text("SELECT created_at FROM scraps WHERE id = :id"), {"id": scrap}
+            ).scalar_one()
+            == created
+        )
     assert before == 1
 
 

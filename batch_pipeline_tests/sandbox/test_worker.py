@@ -8,17 +8,25 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import insert, select
 
 from batch_pipeline.recovery.ghost_jobs import GhostRule, detect_ghost_jobs, recover_ghost_jobs
+from batch_pipeline.san.database import utc_now
+from batch_pipeline.san.dispatch import Dispatcher
+from batch_pipeline.san.schema import (
+    CARD_ANALYSIS,
+    COMPLETED,
+    FAILED,
+    PENDING,
+    PROCESSING,
+    SCRAP_REFINE,
+    TIL_GENERATION,
+    jobs,
+    knowledge_cards,
+)
 from batch_pipeline.sandbox.ai import EMBEDDING_DIMENSIONS
 from batch_pipeline.sandbox.app import save_scraps
 from batch_pipeline.sandbox.app_schema import app_daily_summaries, app_knowledge_cards, app_scraps
 from batch_pipeline.sandbox.faults import Faults
 from batch_pipeline.sandbox.time_travel import age_database
 from batch_pipeline.sandbox.worker import ReferenceWorker
-from batch_pipeline.san.database import utc_now
-from batch_pipeline.san.dispatch import Dispatcher
-from batch_pipeline.san.schema import (
-    CARD_ANALYSIS, COMPLETED, FAILED, PENDING, PROCESSING, SCRAP_REFINE, TIL_GENERATION, jobs, knowledge_cards,
-)
 from batch_pipeline_tests.sandbox.conftest import ListedEvents
 
 
@@ -35,12 +43,16 @@ def saved_scrap(db, **faults):
 
 def card_rows(db, scrap_id):
     with db.engine.connect() as conn:
-        return conn.execute(select(app_knowledge_cards).where(app_knowledge_cards.c.scrap_id == scrap_id)).all()
+        return conn.execute(
+            select(app_knowledge_cards).where(app_knowledge_cards.c.scrap_id == scrap_id)
+        ).all()
 
 
 def refined_content(db, scrap_id):
     with db.engine.connect() as conn:
-        return conn.execute(select(app_scraps.c.refined_content).where(app_scraps.c.id == scrap_id)).scalar_one()
+        return conn.execute(
+            select(app_scraps.c.refined_content).where(app_scraps.c.id == scrap_id)
+        ).scalar_one()
 
 
 def test_a_worker_refines_builds_the_card_and_completes_both_jobs(sandbox):
@@ -54,7 +66,9 @@ def test_a_worker_refines_builds_the_card_and_completes_both_jobs(sandbox):
     assert len(embedding) == EMBEDDING_DIMENSIONS and abs(sum(x * x for x in embedding) - 1) < 1e-3
     assert card.title and card.summary
     for job in sandbox.jobs():
-        assert job.status == COMPLETED and job.started_at is not None and job.finished_at is not None
+        assert (
+            job.status == COMPLETED and job.started_at is not None and job.finished_at is not None
+        )
 
 
 def test_til_generation_writes_the_summary_from_the_day_cards(sandbox):
@@ -63,13 +77,18 @@ def test_til_generation_writes_the_summary_from_the_day_cards(sandbox):
     [card] = card_rows(sandbox, scrap_id)
     today = utc_now().astimezone(ZoneInfo("Asia/Seoul")).date()
     with sandbox.engine.begin() as conn:
-        summary_id = conn.execute(insert(app_daily_summaries).values(
-            user_id=card.user_id, target_date=today, created_at=utc_now()).returning(app_daily_summaries.c.id)).scalar_one()
+        summary_id = conn.execute(
+            insert(app_daily_summaries)
+            .values(user_id=card.user_id, target_date=today, created_at=utc_now())
+            .returning(app_daily_summaries.c.id)
+        ).scalar_one()
     til_job = sandbox.job(TIL_GENERATION, summary_id, PENDING)
 
     assert worker(sandbox, [til_job]).drain().completed == 1
     [summary] = sandbox.summaries()
-    assert summary.content.startswith(f"TIL {today.isoformat()}: you learned 1 thing(s): {card.title}")
+    assert summary.content.startswith(
+        f"TIL {today.isoformat()}: you learned 1 thing(s): {card.title}"
+    )
 
 
 def test_two_workers_hearing_the_same_job_run_it_once(sandbox):
@@ -98,7 +117,10 @@ def test_a_worker_that_dies_mid_job_leaves_it_processing(sandbox):
 def test_a_failed_ai_call_and_a_poison_scrap_end_the_job_failed(sandbox):
     scrap_id, refine_job, _ = saved_scrap(sandbox)
     assert worker(sandbox, [refine_job], faults=Faults(ai_fails=1.0)).drain().failed == 1
-    assert sandbox.get_job(refine_job).status == FAILED and "503" in sandbox.get_job(refine_job).error_message
+    assert (
+        sandbox.get_job(refine_job).status == FAILED
+        and "503" in sandbox.get_job(refine_job).error_message
+    )
 
     poison_scrap, poison_refine, poison_card = saved_scrap(sandbox, poison=1.0)
     assert worker(sandbox, [poison_refine, poison_card]).drain().failed == 2
@@ -165,10 +187,17 @@ def test_an_untitled_card_still_makes_a_til(sandbox):
     worker(sandbox, [refine_job, card_job]).drain()
     [card] = card_rows(sandbox, scrap_id)
     with sandbox.engine.begin() as conn:
-        conn.execute(app_knowledge_cards.update().where(app_knowledge_cards.c.id == card.id).values(title=None))
+        conn.execute(
+            app_knowledge_cards.update()
+            .where(app_knowledge_cards.c.id == card.id)
+            .values(title=None)
+        )
         today = utc_now().astimezone(ZoneInfo("Asia/Seoul")).date()
-        summary_id = conn.execute(insert(app_daily_summaries).values(
-            user_id=card.user_id, target_date=today, created_at=utc_now()).returning(app_daily_summaries.c.id)).scalar_one()
+        summary_id = conn.execute(
+            insert(app_daily_summaries)
+            .values(user_id=card.user_id, target_date=today, created_at=utc_now())
+            .returning(app_daily_summaries.c.id)
+        ).scalar_one()
     til_job = sandbox.job(TIL_GENERATION, summary_id, PENDING)
     assert worker(sandbox, [til_job]).drain().completed == 1
     assert "(untitled card)" in sandbox.summaries()[0].content
@@ -195,8 +224,8 @@ def test_a_job_that_raises_unexpectedly_fails_and_the_worker_goes_on(sandbox, mo
 
 
 def test_the_demo_state_gives_every_card_a_title(tmp_path):
-    from batch_pipeline.sandbox.demo import seed_demo_state
     from batch_pipeline.san.database import create_san_engine
+    from batch_pipeline.sandbox.demo import seed_demo_state
 
     engine = create_san_engine(f"sqlite:///{tmp_path / 'demo.sqlite'}")
     assert seed_demo_state(engine)["cards"] > 0
@@ -211,10 +240,21 @@ def test_first_attempts_only_faults_strike_the_app_s_first_job_and_spare_its_ret
     scrap_id, refine_job, _card_job = saved_scrap(sandbox)
     faults = Faults(event_lost=1.0, ai_fails=1.0, first_attempts_only=True, reannouncement_lost=0.0)
     with sandbox.engine.begin() as conn:
-        retry = conn.execute(insert(jobs).values(job_type=SCRAP_REFINE, target_id=scrap_id, status=PENDING,
-                                                 created_at=utc_now(), updated_at=utc_now()).returning(jobs.c.id)).scalar_one()
+        retry = conn.execute(
+            insert(jobs)
+            .values(
+                job_type=SCRAP_REFINE,
+                target_id=scrap_id,
+                status=PENDING,
+                created_at=utc_now(),
+                updated_at=utc_now(),
+            )
+            .returning(jobs.c.id)
+        ).scalar_one()
     # the app's announcement (lost), the lane's re-announcement (heard; the AI fails), the retry
     stats = worker(sandbox, [refine_job], [refine_job], [retry], faults=faults).drain()
     assert (stats.lost_events, stats.failed, stats.completed) == (1, 1, 1)
-    assert sandbox.get_job(refine_job).status == FAILED and sandbox.get_job(retry).status == COMPLETED
+    assert (
+        sandbox.get_job(refine_job).status == FAILED and sandbox.get_job(retry).status == COMPLETED
+    )
     assert refined_content(sandbox, scrap_id) is not None

@@ -1,21 +1,23 @@
 """TIL auto-generation: active users of day D, one new summary + TIL_GENERATION job each."""
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.schema import PENDING, TIL_GENERATION
-from batch_pipeline_tests.conftest import DiesOnBatch
 from batch_pipeline.til.auto_generation import create_daily_tils, day_bounds, detect_users_of_day
+from batch_pipeline_tests.conftest import DiesOnBatch
 
 SEOUL = ZoneInfo("Asia/Seoul")
 D = date(2026, 11, 28)
 
 
 def at(day, hour, minute=0, second=0, micro=0, zone=SEOUL):
-    return datetime(day.year, day.month, day.day, hour, minute, second, micro, tzinfo=zone).astimezone(timezone.utc)
+    return datetime(
+        day.year, day.month, day.day, hour, minute, second, micro, tzinfo=zone
+    ).astimezone(UTC)
 
 
 def users_of(db, day=D, zone="Asia/Seoul"):
@@ -23,18 +25,40 @@ def users_of(db, day=D, zone="Asia/Seoul"):
         return detect_users_of_day(conn, *day_bounds(day, zone))
 
 
-def create(db, users, day=D, zone="Asia/Seoul", run_started_at=None, dispatcher=None, batch_size=1000, dry_run=False):
+def create(
+    db,
+    users,
+    day=D,
+    zone="Asia/Seoul",
+    run_started_at=None,
+    dispatcher=None,
+    batch_size=1000,
+    dry_run=False,
+):
     return create_daily_tils(
-        db.engine, dispatcher or Dispatcher(), users, day=day, bounds=day_bounds(day, zone),
-        run_started_at=run_started_at or db.now, now=db.now, batch_size=batch_size, dry_run=dry_run,
+        db.engine,
+        dispatcher or Dispatcher(),
+        users,
+        day=day,
+        bounds=day_bounds(day, zone),
+        run_started_at=run_started_at or db.now,
+        now=db.now,
+        batch_size=batch_size,
+        dry_run=dry_run,
     )
 
 
 def test_day_bounds_are_midnight_to_midnight_in_the_zone():
-    assert day_bounds(D, "Asia/Seoul") == (datetime(2026, 11, 27, 15, tzinfo=timezone.utc), datetime(2026, 11, 28, 15, tzinfo=timezone.utc))
+    assert day_bounds(D, "Asia/Seoul") == (
+        datetime(2026, 11, 27, 15, tzinfo=UTC),
+        datetime(2026, 11, 28, 15, tzinfo=UTC),
+    )
     # New York's spring-forward day lasts 23 hours
     start, end = day_bounds(date(2026, 3, 8), "America/New_York")
-    assert (start, end - start) == (datetime(2026, 3, 8, 5, tzinfo=timezone.utc), timedelta(hours=23))
+    assert (start, end - start) == (
+        datetime(2026, 3, 8, 5, tzinfo=UTC),
+        timedelta(hours=23),
+    )
 
 
 def test_day_bounds_is_the_til_partition_window_on_ordinary_and_dst_days(monkeypatch):
@@ -68,7 +92,12 @@ def test_active_users_get_one_summary_and_one_job_each(san_db):
     assert users.set_index("user_id").loc[busy].tolist() == [3, 3]
 
     report = create(san_db, users)
-    assert (report.active_users, report.summaries_created, report.jobs_created, report.users_waiting_for_cards) == (1, 1, 1, 1)
+    assert (
+        report.active_users,
+        report.summaries_created,
+        report.jobs_created,
+        report.users_waiting_for_cards,
+    ) == (1, 1, 1, 1)
     [summary] = san_db.summaries()
     assert (summary.user_id, summary.target_date, summary.content) == (busy, D, None)
     [job] = san_db.jobs()
@@ -97,7 +126,13 @@ def test_a_retried_run_does_not_give_anyone_a_second_summary(san_db):
         san_db.scrap(user, created_at=at(D, 12), card=True)
     started = san_db.now
     with pytest.raises(RuntimeError):
-        create(san_db, users_of(san_db), run_started_at=started, dispatcher=DiesOnBatch(2), batch_size=2)
+        create(
+            san_db,
+            users_of(san_db),
+            run_started_at=started,
+            dispatcher=DiesOnBatch(2),
+            batch_size=2,
+        )
     assert len(san_db.summaries()) == 2  # batch 1 committed whole, batch 2 rolled back
     assert len(san_db.jobs()) == 2
 
@@ -132,9 +167,11 @@ def test_the_audit_lists_ids_up_to_the_limit_and_says_how_to_find_them_all(san_d
     instant = datetime.fromisoformat(meta["summaries_created_at"])
 
     def utc(moment):  # SQLite gives naive UTC
-        return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+        return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
-    assert [s.id for s in summaries if s.target_date == D and utc(s.created_at) == instant] == [s.id for s in summaries]
+    assert [s.id for s in summaries if s.target_date == D and utc(s.created_at) == instant] == [
+        s.id for s in summaries
+    ]
 
 
 def test_a_user_deleted_between_detection_and_write_is_skipped_and_reported(san_db):
@@ -144,7 +181,8 @@ def test_a_user_deleted_between_detection_and_write_is_skipped_and_reported(san_
     for user in (stays, leaves):
         san_db.scrap(user, created_at=at(D, 9), card=True)
     users = users_of(san_db)
-    with san_db.engine.begin() as conn:  # the app deletes an account (its rows first: the foreign keys)
+    # the app deletes an account (its rows first: the foreign keys)
+    with san_db.engine.begin() as conn:
         conn.execute(text("DELETE FROM knowledge_cards WHERE user_id = :u"), {"u": leaves})
         conn.execute(text("DELETE FROM scraps WHERE user_id = :u"), {"u": leaves})
         conn.execute(text("DELETE FROM users WHERE id = :u"), {"u": leaves})

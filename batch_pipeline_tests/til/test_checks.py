@@ -16,10 +16,18 @@ DAY = "2026-11-28"
 
 def coverage(db, instance):
     result = defs.resolve_job_def("til_checks_job").execute_in_process(
-        tags={TIL_DAY_TAG: DAY}, instance=instance,
-        resources={"san_database": SanDatabase(url=db.url), "job_dispatcher": JobDispatcherResource(kind="none")},
+        tags={TIL_DAY_TAG: DAY},
+        instance=instance,
+        resources={
+            "san_database": SanDatabase(url=db.url),
+            "job_dispatcher": JobDispatcherResource(kind="none"),
+        },
     )
-    [evaluation] = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    [evaluation] = [
+        e.event_specific_data
+        for e in result.all_events
+        if e.event_type_value == "ASSET_CHECK_EVALUATION"
+    ]
     return evaluation
 
 
@@ -39,7 +47,11 @@ def test_til_coverage_passes_after_the_run_and_warns_on_a_missing_user(san_db):
 def test_til_coverage_warns_on_a_summary_waiting_over_two_hours(san_db):
     user = san_db.user()
     with san_db.engine.begin() as conn:
-        conn.execute(insert(daily_summaries).values(user_id=user, target_date=at(DAY).date(), created_at=san_db.now - timedelta(hours=3)))
+        conn.execute(
+            insert(daily_summaries).values(
+                user_id=user, target_date=at(DAY).date(), created_at=san_db.now - timedelta(hours=3)
+            )
+        )
     evaluation = coverage(san_db, DagsterInstance.ephemeral())
     assert not evaluation.passed and evaluation.metadata["summaries_waiting_over_2h"].value == 1
 
@@ -48,9 +60,10 @@ def test_check_runs_are_requested_after_each_successful_run(san_db):
     instance = DagsterInstance.ephemeral()
     result, _ = run_til(san_db, DAY, instance=instance)
     context = build_run_status_sensor_context(
-        sensor_name="til_checks_after_run", dagster_event=result.get_run_success_event(),
-        dagster_instance=instance, dagster_run=result.dagster_run,
+        sensor_name="til_checks_after_run",
+        dagster_event=result.get_run_success_event(),
+        dagster_instance=instance,
+        dagster_run=result.dagster_run,
     )
     request = defs.resolve_sensor_def("til_checks_after_run")(context)
     assert request.tags[TIL_DAY_TAG] == DAY and request.run_key == result.run_id
-

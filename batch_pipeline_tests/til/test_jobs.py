@@ -1,6 +1,6 @@
 """til_auto_generation_job through Dagster: partitions, schedule, time zones, retries, audit."""
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -20,17 +20,27 @@ NEW_YORK = ZoneInfo("America/New_York")
 
 def at(day: str, hour=12, minute=0, second=0, zone=SEOUL):
     d = date.fromisoformat(day)
-    return datetime(d.year, d.month, d.day, hour, minute, second, tzinfo=zone).astimezone(timezone.utc)
+    return datetime(d.year, d.month, d.day, hour, minute, second, tzinfo=zone).astimezone(UTC)
 
 
-def run_til(db, partition_key, definitions=None, instance=None, dispatcher=None, config=None, tags=None):
+def run_til(
+    db, partition_key, definitions=None, instance=None, dispatcher=None, config=None, tags=None
+):
     instance = instance or DagsterInstance.ephemeral()
-    result = (definitions or defs).resolve_job_def("til_auto_generation_job").execute_in_process(
-        partition_key=partition_key, tags=tags,
-        run_config={"ops": {"check_san_database": {"config": config or {}}}},
-        resources={"san_database": SanDatabase(url=db.url), "job_dispatcher": dispatcher or JobDispatcherResource(kind="none")},
-        instance=instance,
-        raise_on_error=False,
+    result = (
+        (definitions or defs)
+        .resolve_job_def("til_auto_generation_job")
+        .execute_in_process(
+            partition_key=partition_key,
+            tags=tags,
+            run_config={"ops": {"check_san_database": {"config": config or {}}}},
+            resources={
+                "san_database": SanDatabase(url=db.url),
+                "job_dispatcher": dispatcher or JobDispatcherResource(kind="none"),
+            },
+            instance=instance,
+            raise_on_error=False,
+        )
     )
     return result, instance
 
@@ -52,10 +62,18 @@ def test_a_partition_run_creates_the_day_tils_and_records_them(san_db):
     [summary] = san_db.summaries()
     [job] = san_db.jobs()
     meta = til_metadata(instance, "2026-11-28")
-    assert (meta["active_users"], meta["summaries_created"], meta["jobs_created"], meta["users_waiting_for_cards"]) == (1, 1, 1, 1)
+    assert (
+        meta["active_users"],
+        meta["summaries_created"],
+        meta["jobs_created"],
+        meta["users_waiting_for_cards"],
+    ) == (1, 1, 1, 1)
     assert meta["summary_ids"] == [summary.id] and meta["job_ids"] == [job.id]
     assert (job.job_type, job.target_id) == (TIL_GENERATION, summary.id)
-    assert meta["day_start_utc"] == "2026-11-27T15:00:00+00:00" and meta["day_end_utc"] == "2026-11-28T15:00:00+00:00"
+    assert (
+        meta["day_start_utc"] == "2026-11-27T15:00:00+00:00"
+        and meta["day_end_utc"] == "2026-11-28T15:00:00+00:00"
+    )
 
 
 def test_pg_notify_announces_every_til_job_once(pg_db):
@@ -64,8 +82,12 @@ def test_pg_notify_announces_every_til_job_once(pg_db):
     for user in users:
         pg_db.scrap(user, created_at=at("2026-11-28"), card=True)
     with job_notifications(pg_db) as payloads:
-        result, _ = run_til(pg_db, "2026-11-28", dispatcher=JobDispatcherResource(kind="pg_notify", notify_channel=payloads.channel),
-                        config={"batch_size": 2})
+        result, _ = run_til(
+            pg_db,
+            "2026-11-28",
+            dispatcher=JobDispatcherResource(kind="pg_notify", notify_channel=payloads.channel),
+            config={"batch_size": 2},
+        )
     assert result.success
     jobs = sorted((job.id, TIL_GENERATION, job.target_id) for job in pg_db.jobs())
     assert len(jobs) == 3
@@ -76,7 +98,9 @@ def test_the_schedule_fires_at_3_in_seoul_for_the_previous_day(monkeypatch):
     monkeypatch.delenv("SAN_TIMEZONE", raising=False)
     schedule = build_definitions().resolve_schedule_def("til_auto_generation_schedule")
     assert (schedule.cron_schedule, schedule.execution_timezone) == ("0 3 * * *", "Asia/Seoul")
-    context = build_schedule_context(scheduled_execution_time=datetime(2026, 11, 30, 3, 0, tzinfo=SEOUL))
+    context = build_schedule_context(
+        scheduled_execution_time=datetime(2026, 11, 30, 3, 0, tzinfo=SEOUL)
+    )
     [request] = schedule.evaluate_tick(context).run_requests
     assert request.partition_key == "2026-11-29"
 
@@ -96,13 +120,18 @@ def test_a_daylight_saving_zone_cuts_the_day_at_local_midnight(monkeypatch, san_
     outside = [san_db.user() for _ in range(2)]
     san_db.scrap(inside[0], created_at=at("2026-03-08", 0, 0, 0, zone=NEW_YORK), card=True)
     san_db.scrap(inside[1], created_at=at("2026-03-08", 23, 59, 59, zone=NEW_YORK), card=True)
-    san_db.scrap(outside[0], created_at=at("2026-03-08", 0, zone=NEW_YORK) - timedelta(seconds=1), card=True)
+    san_db.scrap(
+        outside[0], created_at=at("2026-03-08", 0, zone=NEW_YORK) - timedelta(seconds=1), card=True
+    )
     san_db.scrap(outside[1], created_at=at("2026-03-09", 0, zone=NEW_YORK), card=True)
     result, instance = run_til(san_db, "2026-03-08", definitions=definitions)
     assert result.success
     assert sorted(s.user_id for s in san_db.summaries()) == inside
     meta = til_metadata(instance, "2026-03-08")
-    assert (meta["day_start_utc"], meta["day_end_utc"]) == ("2026-03-08T05:00:00+00:00", "2026-03-09T04:00:00+00:00")
+    assert (meta["day_start_utc"], meta["day_end_utc"]) == (
+        "2026-03-08T05:00:00+00:00",
+        "2026-03-09T04:00:00+00:00",
+    )
 
 
 def test_a_three_day_backfill_creates_each_day_tils(san_db):
@@ -116,7 +145,10 @@ def test_a_three_day_backfill_creates_each_day_tils(san_db):
         assert run_til(san_db, day, instance=instance)[0].success
     summaries = san_db.summaries()
     for day in days:
-        assert sorted(s.user_id for s in summaries if s.target_date == date.fromisoformat(day)) == users[day]
+        assert (
+            sorted(s.user_id for s in summaries if s.target_date == date.fromisoformat(day))
+            == users[day]
+        )
         assert til_metadata(instance, day)["summaries_created"] == len(users[day])
 
 
@@ -146,7 +178,10 @@ def test_a_retried_op_does_not_duplicate_anyone(san_db, request):
     for user in users:
         san_db.scrap(user, created_at=at("2026-11-28"), card=True)
     result, instance = run_til(
-        san_db, "2026-11-28", dispatcher=FlakyDispatcherResource(key=request.node.name), config={"batch_size": 2}
+        san_db,
+        "2026-11-28",
+        dispatcher=FlakyDispatcherResource(key=request.node.name),
+        config={"batch_size": 2},
     )
     assert result.success
     retries = [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
@@ -155,7 +190,11 @@ def test_a_retried_op_does_not_duplicate_anyone(san_db, request):
     assert len(san_db.jobs()) == 5
     meta = til_metadata(instance, "2026-11-28")
     # the audit covers both attempts: the 2 summaries the failed one committed, the retry's 3
-    assert (meta["already_done_in_run"], meta["summaries_created"], meta["jobs_created"]) == (2, 5, 5)
+    assert (meta["already_done_in_run"], meta["summaries_created"], meta["jobs_created"]) == (
+        2,
+        5,
+        5,
+    )
     assert sorted(meta["summary_ids"]) == sorted(s.id for s in san_db.summaries())
     assert sorted(meta["job_ids"]) == sorted(j.id for j in san_db.jobs())
 
@@ -180,7 +219,13 @@ def test_a_run_re_executed_after_a_failure_does_not_duplicate_anyone(san_db):
     for user in users:
         san_db.scrap(user, created_at=at("2026-11-28"), card=True)
     instance = DagsterInstance.ephemeral()
-    failed, _ = run_til(san_db, "2026-11-28", instance=instance, dispatcher=DeadDispatcherResource(), config={"batch_size": 2})
+    failed, _ = run_til(
+        san_db,
+        "2026-11-28",
+        instance=instance,
+        dispatcher=DeadDispatcherResource(),
+        config={"batch_size": 2},
+    )
     assert not failed.success
     assert len(san_db.summaries()) == 2  # the first batch committed
 
@@ -188,7 +233,10 @@ def test_a_run_re_executed_after_a_failure_does_not_duplicate_anyone(san_db):
     result = defs.resolve_job_def("til_auto_generation_job").execute_in_process(
         partition_key="2026-11-28",
         run_config={"ops": {"check_san_database": {"config": {"batch_size": 2}}}},
-        resources={"san_database": SanDatabase(url=san_db.url), "job_dispatcher": JobDispatcherResource(kind="none")},
+        resources={
+            "san_database": SanDatabase(url=san_db.url),
+            "job_dispatcher": JobDispatcherResource(kind="none"),
+        },
         instance=instance,
         tags={ROOT_RUN_ID_TAG: failed.run_id, PARENT_RUN_ID_TAG: failed.run_id},
     )
@@ -197,14 +245,21 @@ def test_a_run_re_executed_after_a_failure_does_not_duplicate_anyone(san_db):
     assert len(san_db.jobs()) == 5
     meta = til_metadata(instance, "2026-11-28")
     # the audit covers both attempts: the 2 summaries the failed one committed, the retry's 3
-    assert (meta["already_done_in_run"], meta["summaries_created"], meta["jobs_created"]) == (2, 5, 5)
+    assert (meta["already_done_in_run"], meta["summaries_created"], meta["jobs_created"]) == (
+        2,
+        5,
+        5,
+    )
     assert sorted(meta["summary_ids"]) == sorted(s.id for s in san_db.summaries())
     assert sorted(meta["job_ids"]) == sorted(j.id for j in san_db.jobs())
 
 
 def til_observations(instance, partition):
-    return [r.event_log_entry.asset_observation for r in instance.fetch_observations(AssetKey("til_auto_generation"), limit=100).records
-            if r.partition_key == partition]
+    return [
+        r.event_log_entry.asset_observation
+        for r in instance.fetch_observations(AssetKey("til_auto_generation"), limit=100).records
+        if r.partition_key == partition
+    ]
 
 
 def test_dry_run_reports_without_writing_and_adds_no_point_to_the_plots(san_db):
@@ -214,7 +269,10 @@ def test_dry_run_reports_without_writing_and_adds_no_point_to_the_plots(san_db):
     assert result.success and san_db.summaries() == []
     assert instance.fetch_materializations(AssetKey("til_auto_generation"), limit=10).records == []
     [observation] = til_observations(instance, "2026-11-28")
-    assert observation.metadata["active_users"].value == 1 and observation.metadata["dry_run"].value is True
+    assert (
+        observation.metadata["active_users"].value == 1
+        and observation.metadata["dry_run"].value is True
+    )
 
 
 def test_a_backfill_of_a_day_that_has_tils_says_before_and_when_it_runs_who_gets_a_second(san_db):
@@ -225,7 +283,10 @@ def test_a_backfill_of_a_day_that_has_tils_says_before_and_when_it_runs_who_gets
 
     result, instance = run_til(san_db, "2026-11-28", config={"dry_run": True})  # the preview
     [preview] = til_observations(instance, "2026-11-28")
-    assert (preview.metadata["active_users"].value, preview.metadata["users_with_an_earlier_til"].value) == (2, 1)
+    assert (
+        preview.metadata["active_users"].value,
+        preview.metadata["users_with_an_earlier_til"].value,
+    ) == (2, 1)
     assert len(san_db.summaries()) == 1
 
     result, instance = run_til(san_db, "2026-11-28", tags={"dagster/backfill": "abcdefgh"})
@@ -243,19 +304,35 @@ def test_a_partition_key_that_is_not_a_date_is_refused(san_db):
     assert san_db.summaries() == []
 
 
-@pytest.mark.parametrize("field,value", [("batch_size", 0), ("batch_size", 50_001), ("lock_timeout_ms", 0),
-                                         ("statement_timeout_ms", -1)])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("batch_size", 0),
+        ("batch_size", 50_001),
+        ("lock_timeout_ms", 0),
+        ("statement_timeout_ms", -1),
+    ],
+)
 def test_a_config_value_out_of_range_fails_the_first_op_naming_the_field(san_db, field, value):
     san_db.scrap(san_db.user(), created_at=at("2026-11-28"), card=True)
     result, _ = run_til(san_db, "2026-11-28", config={field: value})
     assert not result.success
     [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
-    assert failure.step_key == "check_san_database" and field in str(failure.step_failure_data.error)
+    assert failure.step_key == "check_san_database" and field in str(
+        failure.step_failure_data.error
+    )
     assert san_db.summaries() == [] and san_db.jobs() == []
 
 
-@pytest.mark.parametrize("field,value", [("batch_size", "many"), ("lock_timeout_ms", "soon"),
-                                         ("statement_timeout_ms", 1.5), ("dry_run", "maybe")])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("batch_size", "many"),
+        ("lock_timeout_ms", "soon"),
+        ("statement_timeout_ms", 1.5),
+        ("dry_run", "maybe"),
+    ],
+)
 def test_a_config_value_of_the_wrong_type_is_refused_before_the_run_starts(san_db, field, value):
     san_db.scrap(san_db.user(), created_at=at("2026-11-28"), card=True)
     with pytest.raises(DagsterInvalidConfigError, match=field):
@@ -263,7 +340,9 @@ def test_a_config_value_of_the_wrong_type_is_refused_before_the_run_starts(san_d
     assert san_db.summaries() == [] and san_db.jobs() == []
 
 
-def test_summaries_are_stamped_with_the_true_instant_on_a_dagster_instance_in_seoul_time(pg_db, tmp_path):
+def test_summaries_are_stamped_with_the_true_instant_on_a_dagster_instance_in_seoul_time(
+    pg_db, tmp_path
+):
     """Dagster's run storage keeps naive timestamps of its database's zone: on an instance whose
     PostgreSQL runs in Asia/Seoul, the run record's create_timestamp read as UTC is 9 h ahead."""
     import uuid
@@ -283,8 +362,10 @@ def test_summaries_are_stamped_with_the_true_instant_on_a_dagster_instance_in_se
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text(
-        f"storage:\n  postgres:\n    postgres_url: postgresql://{server.username or 'postgres'}@{server.host or '127.0.0.1'}:"
-        f"{server.port or 5432}/{storage_db}\n")
+        "storage:\n  postgres:\n    postgres_url: "
+        f"postgresql://{server.username or 'postgres'}@{server.host or '127.0.0.1'}:"
+        f"{server.port or 5432}/{storage_db}\n"
+    )
     try:
         user = pg_db.user()
         pg_db.scrap(user, created_at=at("2026-11-28", 9), card=True)
@@ -293,7 +374,7 @@ def test_summaries_are_stamped_with_the_true_instant_on_a_dagster_instance_in_se
             assert result.success
             run_started = til_metadata(instance, "2026-11-28")["summaries_created_at"]
         [summary] = pg_db.summaries()
-        skew = abs((summary.created_at - datetime.now(timezone.utc)).total_seconds())
+        skew = abs((summary.created_at - datetime.now(UTC)).total_seconds())
         assert skew < 120, (summary.created_at, run_started)  # not 9 h in the future
     finally:
         with admin.connect() as conn:
@@ -309,8 +390,16 @@ def test_the_first_til_day_is_recent_by_default_and_a_setting(monkeypatch):
     first = partitions.get_first_partition_key()
     assert first == FIRST_TIL_DAY.isoformat()
     monkeypatch.setenv("SAN_TIL_FIRST_DAY", "2026-11-20")
-    assert build_definitions().resolve_job_def("til_auto_generation_job").partitions_def.get_first_partition_key() == "2026-11-20"
-    for wrong, named in (("20.11.2026", "is not a date YYYY-MM-DD"), ("2999-01-01", "is in the future")):
+    assert (
+        build_definitions()
+        .resolve_job_def("til_auto_generation_job")
+        .partitions_def.get_first_partition_key()
+        == "2026-11-20"
+    )
+    for wrong, named in (
+        ("20.11.2026", "is not a date YYYY-MM-DD"),
+        ("2999-01-01", "is in the future"),
+    ):
         monkeypatch.setenv("SAN_TIL_FIRST_DAY", wrong)
         with pytest.raises(TilPartitionsConfigError, match=f"SAN_TIL_FIRST_DAY='{wrong}' {named}"):
             build_definitions()

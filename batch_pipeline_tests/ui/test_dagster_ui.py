@@ -47,9 +47,24 @@ def dagster_dev(tmp_path_factory):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     process = subprocess.Popen(
-        [str(ROOT / ".venv" / "bin" / "python"), "-m", "batch_pipeline.sandbox", "ui", "--still",
-         "--", "-h", "127.0.0.1", "-p", str(port)],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=default_signals, start_new_session=True,
+        [
+            str(ROOT / ".venv" / "bin" / "python"),
+            "-m",
+            "batch_pipeline.sandbox",
+            "ui",
+            "--still",
+            "--",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        preexec_fn=default_signals,
+        start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
 
@@ -68,7 +83,10 @@ def dagster_dev(tmp_path_factory):
 @pytest.fixture(scope="module")
 def page(dagster_dev):
     if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium (scripts/install-chromium)")
+        pytest.fail(
+            f"{CHROMIUM} is missing: `make test` installs Debian's chromium "
+            "(scripts/install-chromium)"
+        )
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
@@ -88,7 +106,11 @@ def instance_at(home) -> DagsterInstance:
 
 def schedule_status(home, name: str):
     with instance_at(home) as instance:
-        states = [s for s in instance.all_instigator_state(instigator_type=InstigatorType.SCHEDULE) if s.name == name]
+        states = [
+            s
+            for s in instance.all_instigator_state(instigator_type=InstigatorType.SCHEDULE)
+            if s.name == name
+        ]
         return states[0].status if states else None
 
 
@@ -117,11 +139,19 @@ def test_2_switching_the_recovery_schedule_off_and_on(dagster_dev, page):
     toggle = page.locator("label", has=switch).first  # the visible switch around the hidden input
     expect(switch).to_be_checked()
     toggle.click()
-    wait_for(lambda: schedule_status(home, "recovery_schedule") == InstigatorStatus.STOPPED, 60, "the schedule to stop")
+    wait_for(
+        lambda: schedule_status(home, "recovery_schedule") == InstigatorStatus.STOPPED,
+        60,
+        "the schedule to stop",
+    )
     expect(switch).not_to_be_checked()
     shot(page, "2_schedule_off")
     toggle.click()
-    wait_for(lambda: schedule_status(home, "recovery_schedule") == InstigatorStatus.RUNNING, 60, "the schedule to run")
+    wait_for(
+        lambda: schedule_status(home, "recovery_schedule") == InstigatorStatus.RUNNING,
+        60,
+        "the schedule to run",
+    )
     expect(switch).to_be_checked()
 
 
@@ -130,8 +160,12 @@ def launch_recovery_run(base, home, page, done_before: int) -> None:
     page.get_by_role("button", name="Launch Run").click()
     page.wait_for_url("**/runs/**")
     wait_for(
-        lambda: len([r for r in runs_of(home, "recovery_job") if r.status == DagsterRunStatus.SUCCESS]) > done_before,
-        240, "the recovery run to succeed",
+        lambda: (
+            len([r for r in runs_of(home, "recovery_job") if r.status == DagsterRunStatus.SUCCESS])
+            > done_before
+        ),
+        240,
+        "the recovery run to succeed",
     )
 
 
@@ -149,10 +183,17 @@ def test_4_the_ghost_recovery_asset_shows_ids_counts_and_a_point_per_run(dagster
     # A new ghost in the embedded SAN database, then a second run: two points on the plots.
     engine = create_san_engine(f"sqlite:///{san_sqlite}")
     with engine.begin() as conn:
-        ghost = conn.execute(insert(jobs).values(
-            job_type=CARD_ANALYSIS, target_id=6, status=PENDING,  # a healthy scrap: it gets a new job
-            created_at=utc_now() - timedelta(hours=1), updated_at=utc_now() - timedelta(hours=1),
-        ).returning(jobs.c.id)).scalar_one()
+        ghost = conn.execute(
+            insert(jobs)
+            .values(
+                job_type=CARD_ANALYSIS,
+                target_id=6,
+                status=PENDING,  # a healthy scrap: it gets a new job
+                created_at=utc_now() - timedelta(hours=1),
+                updated_at=utc_now() - timedelta(hours=1),
+            )
+            .returning(jobs.c.id)
+        ).scalar_one()
     engine.dispose()
     launch_recovery_run(base, home, page, 1)
     with instance_at(home) as instance:
@@ -195,7 +236,9 @@ def test_5_a_backfill_of_two_til_days_from_the_ui(dagster_dev, page):
 
     def materialized():
         with instance_at(home) as instance:
-            records = instance.fetch_materializations(AssetKey("til_auto_generation"), limit=50).records
+            records = instance.fetch_materializations(
+                AssetKey("til_auto_generation"), limit=50
+            ).records
         return {r.partition_key for r in records} >= set(days)
 
     wait_for(materialized, 300, "both TIL partitions to be materialized")

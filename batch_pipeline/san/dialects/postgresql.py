@@ -19,8 +19,25 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from sqlalchemy import (
-    BigInteger, Column, Integer, Table, Text, TypeDecorator, and_, any_, bindparam, cast, exists, false, func, insert,
-    literal, null, select, text, true,
+    BigInteger,
+    Column,
+    Integer,
+    Table,
+    Text,
+    TypeDecorator,
+    and_,
+    any_,
+    bindparam,
+    cast,
+    exists,
+    false,
+    func,
+    insert,
+    literal,
+    null,
+    select,
+    text,
+    true,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -73,9 +90,15 @@ def transaction_settings(conn: Connection, limits: WriteLimits) -> None:
     ZoneInfo (even 'Etc/UTC') that it converts value by value (docs/benchmarks.md, "Figures
     behind the code"). Every column is timestamptz: the values are the same instants."""
     conn.execute(
-        text("SELECT set_config('lock_timeout', :lock, true), set_config('statement_timeout', :statement, true), "
-             "set_config('jit', 'off', true), set_config('timezone', 'UTC', true)"),
-        {"lock": str(int(limits.lock_timeout_ms)), "statement": str(int(limits.statement_timeout_ms))},
+        text(
+            "SELECT set_config('lock_timeout', :lock, true), set_config('statement_timeout', "
+            ":statement, true), "
+            "set_config('jit', 'off', true), set_config('timezone', 'UTC', true)"
+        ),
+        {
+            "lock": str(int(limits.lock_timeout_ms)),
+            "statement": str(int(limits.statement_timeout_ms)),
+        },
     )
 
 
@@ -89,9 +112,15 @@ def take_write_lock(conn: Connection, limits: WriteLimits) -> None:
     as one of their statements may run, not `lock_timeout`: that bound is for the app's locks
     (a migration holding a table), and a queue of our own busy batches is no such thing. Then
     `lock_timeout` again for every table lock of the batch."""
-    conn.execute(text("SELECT set_config('lock_timeout', :wait, true)"), {"wait": str(int(limits.statement_timeout_ms))})
+    conn.execute(
+        text("SELECT set_config('lock_timeout', :wait, true)"),
+        {"wait": str(int(limits.statement_timeout_ms))},
+    )
     conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITE_LOCK_KEY})
-    conn.execute(text("SELECT set_config('lock_timeout', :lock, true)"), {"lock": str(int(limits.lock_timeout_ms))})
+    conn.execute(
+        text("SELECT set_config('lock_timeout', :lock, true)"),
+        {"lock": str(int(limits.lock_timeout_ms))},
+    )
 
 
 def prefer_the_indexes(index_names: Sequence[str]):
@@ -110,34 +139,47 @@ def prefer_index_plans(conn: Connection, index_names: Sequence[str]) -> None:
 
 def _indexes_where(conn: Connection, index_names: Sequence[str], condition: str) -> list[str]:
     """The names of `index_names` (in their order) for which `condition` holds, `name` bound."""
-    return list(conn.execute(
-        text("SELECT name FROM unnest(CAST(:names AS text[])) WITH ORDINALITY AS n(name, position) "
-             f"WHERE {condition} ORDER BY position"),
-        {"names": list(index_names)},
-    ).scalars())
+    return list(
+        conn.execute(
+            text(
+                "SELECT name FROM unnest(CAST(:names AS text[])) WITH ORDINALITY AS n(name, "
+                "position) "
+                f"WHERE {condition} ORDER BY position"
+            ),
+            {"names": list(index_names)},
+        ).scalars()
+    )
 
 
 def missing_valid_indexes(conn: Connection, index_names: Sequence[str]) -> list[str]:
     """Which of these indexes do not exist or are INVALID (what an interrupted CREATE INDEX
     CONCURRENTLY leaves: present in the catalog, never used by the planner)."""
-    return _indexes_where(conn, index_names,
-                          "NOT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(name) AND indisvalid)")
+    return _indexes_where(
+        conn,
+        index_names,
+        "NOT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(name) AND indisvalid)",
+    )
 
 
 def invalid_indexes(conn: Connection, index_names: Sequence[str]) -> list[str]:
     """Which of these indexes exist but are INVALID."""
-    return _indexes_where(conn, index_names,
-                          "EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(name) AND NOT indisvalid)")
+    return _indexes_where(
+        conn,
+        index_names,
+        "EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(name) AND NOT indisvalid)",
+    )
 
 
 def _is_valid(name: str) -> str:
-    return f"EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass('{name}') AND indisvalid)"
+    return (
+        f"EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass('{name}') AND indisvalid)"
+    )
 
 
 def has_target_index(conn: Connection) -> bool:
-    """Whether ix_san_jobs_target exists and is valid (cached per database connection). The fused statement
-    probes it per target; without it that statement would scan the whole jobs table once per
-    batch with no parallel workers (a data-modifying statement gets none), so the portable count
+    """Whether ix_san_jobs_target exists and is valid (cached per database connection). The fused
+    statement probes it per target; without it that statement would scan the whole jobs table once
+    per batch with no parallel workers (a data-modifying statement gets none), so the portable count
     query + insert is the faster path there."""
     if "batch_pipeline.has_target_index" not in conn.info:
         conn.info["batch_pipeline.has_target_index"] = conn.execute(
@@ -151,10 +193,12 @@ def has_unique_job_index(conn: Connection) -> bool:
     job per target, cached per connection). Only then can a job insert conflict, and only then
     do the inserts pay for ON CONFLICT's speculative insertion."""
     if "batch_pipeline.has_unique_job_index" not in conn.info:
-        conn.info["batch_pipeline.has_unique_job_index"] = conn.execute(text(
-            "SELECT EXISTS (SELECT 1 FROM pg_index WHERE indrelid = to_regclass('jobs') "
-            "AND indisunique AND NOT indisprimary)"
-        )).scalar_one()
+        conn.info["batch_pipeline.has_unique_job_index"] = conn.execute(
+            text(
+                "SELECT EXISTS (SELECT 1 FROM pg_index WHERE indrelid = to_regclass('jobs') "
+                "AND indisunique AND NOT indisprimary)"
+            )
+        ).scalar_one()
     return conn.info["batch_pipeline.has_unique_job_index"]
 
 
@@ -184,32 +228,47 @@ def id_in(column: ColumnElement, ids: Sequence[int]) -> ColumnElement:
 
 
 def minutes_since(instant: datetime, column: ColumnElement) -> ColumnElement:
-    return cast(func.floor(func.extract("epoch", literal(instant, Timestamp) - column) / 60), Integer)
+    return cast(
+        func.floor(func.extract("epoch", literal(instant, Timestamp) - column) / 60), Integer
+    )
 
 
 def array_of(column, order_by=None):
     """A scalar subquery aggregating `column` into one array (in `order_by` order): a batch's
     outcome comes back as a few arrays in one row, decoded far faster than rows."""
-    return select(func.array_agg(column if order_by is None else aggregate_order_by(column, order_by))).scalar_subquery()
+    return select(
+        func.array_agg(column if order_by is None else aggregate_order_by(column, order_by))
+    ).scalar_subquery()
 
 
 def notify_jobs(channel: str, new_jobs):
     """A scalar subquery that sends one pg_notify per row of `new_jobs` (anything with id,
     job_type and target_id columns, e.g. an INSERT … RETURNING CTE), in id order, and counts
     them. The payloads are built by PostgreSQL from the rows themselves."""
-    ordered = select(new_jobs.c.id, new_jobs.c.job_type, new_jobs.c.target_id).order_by(new_jobs.c.id).subquery()
+    ordered = (
+        select(new_jobs.c.id, new_jobs.c.job_type, new_jobs.c.target_id)
+        .order_by(new_jobs.c.id)
+        .subquery()
+    )
     payload = func.json_build_object(
         "job_id", ordered.c.id, "job_type", ordered.c.job_type, "target_id", ordered.c.target_id
     )
-    return select(func.count(func.pg_notify(literal(channel), cast(payload, Text)))).scalar_subquery()
+    return select(
+        func.count(func.pg_notify(literal(channel), cast(payload, Text)))
+    ).scalar_subquery()
 
 
 def notify_job_ids(channel: str):
     """For write paths that could not announce in their own statement: pg_notify for the jobs
     whose ids are bound as `job_ids` (one bigint array), payloads built from the rows."""
-    return select(notify_jobs(channel, select(jobs.c.id, jobs.c.job_type, jobs.c.target_id).where(
-        jobs.c.id == any_(bindparam("job_ids", type_=BigIntArray))
-    ).subquery()))
+    return select(
+        notify_jobs(
+            channel,
+            select(jobs.c.id, jobs.c.job_type, jobs.c.target_id)
+            .where(jobs.c.id == any_(bindparam("job_ids", type_=BigIntArray)))
+            .subquery(),
+        )
+    )
 
 
 # -- inserts -----------------------------------------------------------------------------------
@@ -222,8 +281,12 @@ def insert_into(table: Table, skip_conflicts: bool = False):
 
 
 def insert_rows_statement(
-    table: Table, constants: Mapping[str, object], id_columns: Mapping[str, Sequence[int | None]], returning: Sequence[str],
-    skip_conflicts: bool = False, referenced: Mapping[str, Column] | None = None,
+    table: Table,
+    constants: Mapping[str, object],
+    id_columns: Mapping[str, Sequence[int | None]],
+    returning: Sequence[str],
+    skip_conflicts: bool = False,
+    referenced: Mapping[str, Column] | None = None,
 ):
     """INSERT … SELECT … FROM unnest(:a, :b) … RETURNING: one row per position of the
     `id_columns` lists, two array parameters whatever the batch size; to run, or to use as a
@@ -231,24 +294,32 @@ def insert_rows_statement(
     `referenced` ({"user_id": users.c.id}): a position whose referenced row is gone is skipped,
     in the same statement, instead of failing the insert on its foreign key."""
     names = list(id_columns)
-    arrays = func.unnest(
-        *(bindparam(None, list(id_columns[name]), type_=BigIntArray) for name in names)
-    ).table_valued(*names).render_derived(name="batch")
+    arrays = (
+        func.unnest(*(bindparam(None, list(id_columns[name]), type_=BigIntArray) for name in names))
+        .table_valued(*names)
+        .render_derived(name="batch")
+    )
     source = select(
         *(literal(value, table.c[name].type).label(name) for name, value in constants.items()),
         *(arrays.c[name] for name in names),
-    ).where(*(exists().where(column == arrays.c[name]) for name, column in (referenced or {}).items()))
+    ).where(
+        *(exists().where(column == arrays.c[name]) for name, column in (referenced or {}).items())
+    )
     statement = insert_into(table, skip_conflicts).from_select([*constants, *names], source)
     return statement.returning(*(table.c[name] for name in returning))
 
 
-def insert_rows(conn: Connection, table: Table, constants, id_columns, returning, referenced=None) -> list[dict]:
+def insert_rows(
+    conn: Connection, table: Table, constants, id_columns, returning, referenced=None
+) -> list[dict]:
     """Insert one row per position of the `id_columns` lists; the `returning` columns by name.
     Into `jobs` where SAN has a unique index on it, a conflicting row is skipped."""
     if not any(id_columns.values()):
         return []
     skip = table is jobs and has_unique_job_index(conn)
-    statement = insert_rows_statement(table, constants, id_columns, returning, skip_conflicts=skip, referenced=referenced)
+    statement = insert_rows_statement(
+        table, constants, id_columns, returning, skip_conflicts=skip, referenced=referenced
+    )
     return [dict(row) for row in conn.execute(statement).mappings()]
 
 
@@ -258,12 +329,18 @@ def _requested_from_targets(source: JobSource):
     eligibility, the write-time re-check of each target. Sorted by target, so the per-target
     probes walk the indexes in order."""
     requests = sorted(source.requests, key=lambda request: request.target_id)
-    batch = func.unnest(
-        bindparam("target_ids", [r.target_id for r in requests], type_=BigIntArray),
-        bindparam("retry_of_ids", [r.retry_of_job_id for r in requests], type_=BigIntArray),
-    ).table_valued("target_id", "retry_of").render_derived(name="batch")
+    batch = (
+        func.unnest(
+            bindparam("target_ids", [r.target_id for r in requests], type_=BigIntArray),
+            bindparam("retry_of_ids", [r.retry_of_job_id for r in requests], type_=BigIntArray),
+        )
+        .table_valued("target_id", "retry_of")
+        .render_derived(name="batch")
+    )
     requested = select(
-        literal(source.job_type, jobs.c.job_type.type).label("job_type"), batch.c.target_id, batch.c.retry_of,
+        literal(source.job_type, jobs.c.job_type.type).label("job_type"),
+        batch.c.target_id,
+        batch.c.retry_of,
         literal(0).label("closing"),
     )
     if source.eligibility is not None:
@@ -272,8 +349,11 @@ def _requested_from_targets(source: JobSource):
         # that grows with the table, not the batch.
         table, predicate = source.eligibility.table, source.eligibility.predicate
         still_eligible = (
-            select(literal(1).label("eligible")).select_from(table)
-            .where(table.c.id == batch.c.target_id, predicate).limit(1).lateral("still_eligible")
+            select(literal(1).label("eligible"))
+            .select_from(table)
+            .where(table.c.id == batch.c.target_id, predicate)
+            .limit(1)
+            .lateral("still_eligible")
         )
         requested = requested.join_from(batch, still_eligible, true())
     return requested.cte("requested"), None
@@ -283,45 +363,89 @@ def _requested_from_rows(source: JobSource):
     """A data-modifying statement's RETURNING rows as the `requested` CTE, one row per
     (job_type, target_id), retrying the oldest of its rows. Every CTE reads the snapshot from
     before the statement: jobs the source closes are still active there, hence `closing`."""
-    statement = source.statement if source.statement is not None else insert_rows_statement(
-        source.inserts[0], **source.inserts[1])
+    statement = (
+        source.statement
+        if source.statement is not None
+        else insert_rows_statement(source.inserts[0], **source.inserts[1])
+    )
     rows = statement.cte("source")
-    job_type = literal(source.job_type, jobs.c.job_type.type) if source.job_type else rows.c.job_type
+    job_type = (
+        literal(source.job_type, jobs.c.job_type.type) if source.job_type else rows.c.job_type
+    )
     target = rows.c[source.target_column]
     if source.creates_targets:  # each row is a new target: nothing to group
-        requested = select(job_type.label("job_type"), target.label("target_id"),
-                           cast(null(), BigInteger).label("retry_of"), literal(0).label("closing"))
+        requested = select(
+            job_type.label("job_type"),
+            target.label("target_id"),
+            cast(null(), BigInteger).label("retry_of"),
+            literal(0).label("closing"),
+        )
         return requested.cte("requested"), rows
-    retry_of = func.min(rows.c[source.retry_of_column]) if source.retry_of_column else cast(null(), BigInteger)
+    retry_of = (
+        func.min(rows.c[source.retry_of_column])
+        if source.retry_of_column
+        else cast(null(), BigInteger)
+    )
     requested = (
-        select(job_type.label("job_type"), target.label("target_id"), retry_of.label("retry_of"),
-               (func.count() if source.closes_active_jobs else literal(0)).label("closing"))
+        select(
+            job_type.label("job_type"),
+            target.label("target_id"),
+            retry_of.label("retry_of"),
+            (func.count() if source.closes_active_jobs else literal(0)).label("closing"),
+        )
         .group_by(*([target] if source.job_type else [rows.c.job_type, target]))
         .cte("requested")
     )
     return requested, rows
 
 
-def enqueue_statement(source: JobSource, now: datetime, max_attempts: int, notify_channel: str | None = None,
-                      skip_conflicts: bool = False):
+def enqueue_statement(
+    source: JobSource,
+    now: datetime,
+    max_attempts: int,
+    notify_channel: str | None = None,
+    skip_conflicts: bool = False,
+):
     """The one statement that enqueues a batch: `requested` (from the source), the attempt and
     active counts (one index-only range per target on ix_san_jobs_target), the insert of one
     PENDING job per target with no active job and under the cap, and the announcement. Its
     one row holds labelled arrays, read by name in `enqueue_fused`."""
-    requested, source_rows = (_requested_from_rows if source.from_rows else _requested_from_targets)(source)
+    requested, source_rows = (
+        _requested_from_rows if source.from_rows else _requested_from_targets
+    )(source)
     if source.creates_targets:  # new targets have no jobs: nothing to count
-        counted = select(requested, literal(0).label("attempts"), literal(0).label("active_jobs")).cte("counted")
+        counted = select(
+            requested, literal(0).label("attempts"), literal(0).label("active_jobs")
+        ).cte("counted")
     else:
         counted = (
             select(
-                requested.c.job_type, requested.c.target_id, requested.c.retry_of,
-                func.count(jobs.c.target_id).label("attempts"),  # target_id, not id: an index-only probe
-                (func.count(jobs.c.target_id).filter(holds_its_target(jobs.c.status)) - requested.c.closing)
-                .label("active_jobs"),
+                requested.c.job_type,
+                requested.c.target_id,
+                requested.c.retry_of,
+                func.count(jobs.c.target_id).label(
+                    "attempts"
+                ),  # target_id, not id: an index-only probe
+                (
+                    func.count(jobs.c.target_id).filter(holds_its_target(jobs.c.status))
+                    - requested.c.closing
+                ).label("active_jobs"),
             )
-            .select_from(requested.outerjoin(
-                jobs, and_(jobs.c.target_id == requested.c.target_id, jobs.c.job_type == requested.c.job_type)))
-            .group_by(requested.c.job_type, requested.c.target_id, requested.c.retry_of, requested.c.closing)
+            .select_from(
+                requested.outerjoin(
+                    jobs,
+                    and_(
+                        jobs.c.target_id == requested.c.target_id,
+                        jobs.c.job_type == requested.c.job_type,
+                    ),
+                )
+            )
+            .group_by(
+                requested.c.job_type,
+                requested.c.target_id,
+                requested.c.retry_of,
+                requested.c.closing,
+            )
             .cte("counted")
         )
     active = counted.c.active_jobs > 0
@@ -332,14 +456,24 @@ def enqueue_statement(source: JobSource, now: datetime, max_attempts: int, notif
     insert_jobs = insert_into(jobs, skip_conflicts).from_select(
         ["job_type", "target_id", "status", "created_at", "updated_at", "retry_of_job_id"],
         select(
-            counted.c.job_type, counted.c.target_id, literal(PENDING, jobs.c.status.type),
-            literal(now, jobs.c.created_at.type), literal(now, jobs.c.updated_at.type), counted.c.retry_of,
-        ).where(~active, ~exhausted).order_by(counted.c.job_type, counted.c.target_id),
+            counted.c.job_type,
+            counted.c.target_id,
+            literal(PENDING, jobs.c.status.type),
+            literal(now, jobs.c.created_at.type),
+            literal(now, jobs.c.updated_at.type),
+            counted.c.retry_of,
+        )
+        .where(~active, ~exhausted)
+        .order_by(counted.c.job_type, counted.c.target_id),
     )
-    inserted = insert_jobs.returning(jobs.c.id, jobs.c.job_type, jobs.c.target_id, jobs.c.retry_of_job_id).cte("inserted")
+    inserted = insert_jobs.returning(
+        jobs.c.id, jobs.c.job_type, jobs.c.target_id, jobs.c.retry_of_job_id
+    ).cte("inserted")
     columns = [
-        *(array_of(inserted.c[name], inserted.c.id).label(f"created_{name}")
-          for name in ("id", "job_type", "target_id", "retry_of_job_id")),
+        *(
+            array_of(inserted.c[name], inserted.c.id).label(f"created_{name}")
+            for name in ("id", "job_type", "target_id", "retry_of_job_id")
+        ),
         array_of(counted.c.job_type).where(active).label("active_job_type"),
         array_of(counted.c.target_id).where(active).label("active_target_id"),
         array_of(counted.c.job_type).where(exhausted).label("exhausted_job_type"),
@@ -348,24 +482,51 @@ def enqueue_statement(source: JobSource, now: datetime, max_attempts: int, notif
     ]
     if source_rows is not None:
         order = source_rows.c[source.returned[0]]
-        columns += [array_of(source_rows.c[name], order).label(f"source_{name}") for name in source.returned]
+        columns += [
+            array_of(source_rows.c[name], order).label(f"source_{name}") for name in source.returned
+        ]
     return select(*columns)
 
 
-def enqueue_fused(conn: Connection, source: JobSource, *, now: datetime, max_attempts: int,
-                  notify_channel: str | None) -> dict:
+def enqueue_fused(
+    conn: Connection,
+    source: JobSource,
+    *,
+    now: datetime,
+    max_attempts: int,
+    notify_channel: str | None,
+) -> dict:
     """Run `enqueue_statement`; its outcome, each array read by its name: the created jobs as
     (id, job_type, target_id, retry_of_job_id) tuples, active and exhausted (job_type,
     target_id) pairs, whether it announced, and the source's rows (by column name)."""
-    statement = enqueue_statement(source, now, max_attempts, notify_channel, skip_conflicts=has_unique_job_index(conn))
+    statement = enqueue_statement(
+        source, now, max_attempts, notify_channel, skip_conflicts=has_unique_job_index(conn)
+    )
     row = conn.execute(statement).one()._mapping
     arrays = {name: value or [] for name, value in row.items() if name != "announced"}
-    source_columns = [arrays[f"source_{name}"] for name in source.returned] if source.from_rows else []
+    source_columns = (
+        [arrays[f"source_{name}"] for name in source.returned] if source.from_rows else []
+    )
 
     return {
-        "created": list(zip(*(arrays[f"created_{name}"] for name in ("id", "job_type", "target_id", "retry_of_job_id")))),
-        "already_active": list(zip(arrays["active_job_type"], arrays["active_target_id"])),
-        "exhausted": list(zip(arrays["exhausted_job_type"], arrays["exhausted_target_id"])),
+        "created": list(
+            zip(
+                *(
+                    arrays[f"created_{name}"]
+                    for name in ("id", "job_type", "target_id", "retry_of_job_id")
+                ),
+                strict=True,
+            )
+        ),
+        "already_active": list(
+            zip(arrays["active_job_type"], arrays["active_target_id"], strict=True)
+        ),
+        "exhausted": list(
+            zip(arrays["exhausted_job_type"], arrays["exhausted_target_id"], strict=True)
+        ),
         "announced": row["announced"] is not None,
-        "source_rows": [dict(zip(source.returned, values)) for values in zip(*source_columns)],
+        "source_rows": [
+            dict(zip(source.returned, values, strict=True))
+            for values in zip(*source_columns, strict=True)
+        ],
     }

@@ -10,7 +10,7 @@ as PostgreSQL's advisory lock does.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Integer, Table, cast, event, func, insert, literal, select, text
@@ -44,7 +44,7 @@ def transaction_settings(conn: Connection, limits: WriteLimits) -> None:
 def database_now(conn: Connection) -> datetime:
     """The database's clock: SQLite's own 'now' (UTC, to the millisecond), aware."""
     value = conn.exec_driver_sql("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')").scalar_one()
-    return datetime.fromisoformat(value).replace(tzinfo=timezone.utc)
+    return datetime.fromisoformat(value).replace(tzinfo=UTC)
 
 
 def take_write_lock(conn: Connection, limits: WriteLimits) -> None:
@@ -57,7 +57,9 @@ def prefer_index_plans(conn: Connection, index_names: Sequence[str]) -> None:
 
 def missing_valid_indexes(conn: Connection, index_names: Sequence[str]) -> list[str]:
     """Which of these indexes do not exist (SQLite has no invalid indexes)."""
-    present = set(conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'index'")).scalars())
+    present = set(
+        conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'index'")).scalars()
+    )
     return [name for name in index_names if name not in present]
 
 
@@ -81,11 +83,16 @@ def id_in(column: ColumnElement, ids: Sequence[int]) -> ColumnElement:
 
 def minutes_since(instant: datetime, column: ColumnElement) -> ColumnElement:
     # julianday() is a float: round to whole seconds first, so 120 min is not 119.9999 min.
-    seconds = cast(func.round((func.julianday(literal(instant, Timestamp)) - func.julianday(column)) * 86400), Integer)
+    seconds = cast(
+        func.round((func.julianday(literal(instant, Timestamp)) - func.julianday(column)) * 86400),
+        Integer,
+    )
     return seconds // 60
 
 
-def insert_rows(conn: Connection, table: Table, constants, id_columns, returning, referenced=None) -> list[dict]:
+def insert_rows(
+    conn: Connection, table: Table, constants, id_columns, returning, referenced=None
+) -> list[dict]:
     """Insert one row per position of the `id_columns` lists (an executemany); the
     `returning` columns of the new rows by name, in the order given. `referenced`: a position
     whose referenced row is gone is skipped (read first, in the same transaction, which holds
@@ -93,9 +100,14 @@ def insert_rows(conn: Connection, table: Table, constants, id_columns, returning
     names = list(id_columns)
     if not any(id_columns.values()):
         return []
-    rows = [{**constants, **dict(zip(names, values))} for values in zip(*(id_columns[name] for name in names))]
+    rows = [
+        {**constants, **dict(zip(names, values, strict=True))}
+        for values in zip(*(id_columns[name] for name in names), strict=True)
+    ]
     for name, column in (referenced or {}).items():
-        present = set(conn.execute(select(column).where(id_in(column, [row[name] for row in rows]))).scalars())
+        present = set(
+            conn.execute(select(column).where(id_in(column, [row[name] for row in rows]))).scalars()
+        )
         rows = [row for row in rows if row[name] in present]
     if not rows:
         return []
