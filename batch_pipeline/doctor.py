@@ -1,8 +1,10 @@
 """`python -m batch_pipeline doctor`: is this SAN database ready for batch_pipeline?
 
-Checks the connection, every table and column the pipeline needs, the recommended indexes,
-the clock skew between this server and the database, the dispatcher and the time zone. Prints
-what is wrong and how to fix it; ready (exit 0) when nothing but warnings is.
+Checks the connection, every table and column the pipeline needs, the role's privileges and
+session settings, the recommended indexes, the app-side guarantee, the clock skew between this
+server and the database, the dispatcher and the time zone. Prints what is wrong and how to fix
+it (a check that cannot complete is a finding too, never a traceback); ready (exit 0) when
+nothing but warnings is.
 """
 
 import os
@@ -21,6 +23,7 @@ from batch_pipeline.san.database import (
     redacted,
     utc_now,
 )
+from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.dispatch import (
     DEFAULT_REDIS_URL,
     DispatcherConfigError,
@@ -115,130 +118,210 @@ def diagnose(database_url: str) -> list[Finding]:
         return findings
     findings.append(Finding(True, f"connected to {redacted(engine.url)}"))
     try:
-        diagnose_connected(engine, findings)
-    except SQLAlchemyError as error:  # bounded waits: a locked table is reported, not waited on
-        reason = (str(getattr(error, "orig", None) or error).strip().splitlines() or [""])[0]
-        findings.append(
-            Finding(
-                False,
-                f"the SAN database did not answer in time: {reason}",
-                "a table is locked (a migration?) or the server is overloaded: look at pg_locks / "
-                "pg_stat_activity, then run doctor again",
-            )
-        )
-    engine.dispose()
+        if schema_finding(engine, findings):
+            for check in CONNECTED_CHECKS:
+                findings.extend(guarded(engine, check))
+    finally:
+        engine.dispose()
     return findings
 
 
-def diagnose_connected(engine, findings: list[Finding]) -> None:
-    with read_transaction(engine) as conn:
+def guarded(engine, check: Callable) -> list[Finding]:
+    """One check in a transaction of its own (a failed statement aborts only its own), its
+    failure a finding that names it: doctor reports, it never stops at a traceback."""
+    try:
+        with read_transaction(engine) as conn:
+            return check(conn)
+    except SQLAlchemyError as error:  # bounded waits: a locked table is reported, not waited on
+        reason = (str(getattr(error, "orig", None) or error).strip().splitlines() or [""])[0]
+        return [
+            Finding(
+                False,
+                f"{check.__doc__.splitlines()[0].rstrip('.')}: the database answered {reason}",
+                "a table may be locked (a migration?) or the server overloaded: look at pg_locks "
+                "/ pg_stat_activity, then run doctor again",
+            )
+        ]
+    except Exception as error:
+        return [
+            Finding(
+                False,
+                f"{check.__doc__.splitlines()[0].rstrip('.')}: {type(error).__name__}: {error}",
+                "report it with this line: doctor could not complete this check",
+            )
+        ]
+
+
+def schema_finding(engine, findings: list[Finding]) -> bool:
+    """Every table and column; False (nothing else is worth checking) when one is missing."""
+
+    def schema(conn) -> list[Finding]:
+        """The SAN tables and columns."""
         try:
             verify_schema(conn)
-            findings.append(Finding(True, "every table and column batch_pipeline uses is present"))
         except SanSchemaError as error:
-            findings.append(
-                Finding(False, str(error), "point SAN_DATABASE_URL at the SAN database")
-            )
-            return
-        findings.extend(privilege_findings(conn))
-        advice = index_advice(conn)
-        if advice.missing:
-            invalid = (
-                f" (INVALID, left by an interrupted build: {', '.join(advice.invalid)})"
-                if advice.invalid
-                else ""
-            )
-            findings.append(
-                Finding(
-                    True,
-                    "missing recommended indexes: "
-                    + ", ".join(ix.name for ix in advice.missing)
-                    + invalid
-                    + ". Ready without them, but detection then reads whole tables (slow at SAN's "
-                    "size: "
-                    "docs/benchmarks.md) and the fast lane stays off",
-                    "run `python -m batch_pipeline create-indexes`, or:\n      "
-                    + ";\n      ".join(advice.create_with)
-                    + ";",
-                    warning=True,
-                )
-            )
-        else:
-            findings.append(Finding(True, "recommended indexes present"))
-        if advice.superseded:
-            findings.append(
-                Finding(
-                    True,
-                    "superseded indexes (replaced by newer recommended ones; they only cost the "
-                    "app's writes): " + ", ".join(advice.superseded),
-                    "run `python -m batch_pipeline create-indexes` (it drops them once their "
-                    "replacements exist), or:\n      " + ";\n      ".join(advice.drop_with) + ";",
-                    warning=True,
-                )
-            )
-        findings.append(app_guarantee_finding(conn))
-        skew = (database_now(conn) - utc_now()).total_seconds()
+            return [Finding(False, str(error), "point SAN_DATABASE_URL at the SAN database")]
+        return [Finding(True, "every table and column batch_pipeline uses is present")]
+
+    found = guarded(engine, schema)
+    findings.extend(found)
+    return all(finding.ok for finding in found)
+
+
+def index_findings(conn) -> list[Finding]:
+    """The recommended indexes."""
+    advice = index_advice(conn)
+    findings = []
+    if advice.missing:
+        invalid = (
+            f" (INVALID, left by an interrupted build: {', '.join(advice.invalid)})"
+            if advice.invalid
+            else ""
+        )
         findings.append(
             Finding(
-                abs(skew) <= MAX_CLOCK_SKEW_SECONDS,
-                f"clock skew database - this server: {skew:+.1f} s",
-                ""
-                if abs(skew) <= MAX_CLOCK_SKEW_SECONDS
-                else "synchronise both clocks (NTP): thresholds are measured in minutes",
+                True,
+                "missing recommended indexes: "
+                + ", ".join(ix.name for ix in advice.missing)
+                + invalid
+                + ". Ready without them, but detection then reads whole tables (slow at SAN's "
+                "size: docs/benchmarks.md) and the fast lane stays off",
+                "run `python -m batch_pipeline create-indexes`, or:\n      "
+                + ";\n      ".join(advice.create_with)
+                + ";",
+                warning=True,
             )
         )
-        redis_url = os.environ.get("SAN_REDIS_URL") or DEFAULT_REDIS_URL
-        try:
-            dispatcher = build_dispatcher(
-                os.environ.get("SAN_JOB_DISPATCHER"), conn.dialect.name, redis_url
+    else:
+        findings.append(Finding(True, "recommended indexes present"))
+    if advice.superseded:
+        findings.append(
+            Finding(
+                True,
+                "superseded indexes (replaced by newer recommended ones; they only cost the "
+                "app's writes): " + ", ".join(advice.superseded),
+                "run `python -m batch_pipeline create-indexes` (it drops them once their "
+                "replacements exist), or:\n      " + ";\n      ".join(advice.drop_with) + ";",
+                warning=True,
             )
-            if isinstance(dispatcher, RedisStreamDispatcher):
-                dispatcher.ping()
-            findings.append(Finding(True, f"dispatcher {dispatcher.kind}"))
-        except DispatcherConfigError as error:
-            findings.append(
-                Finding(
-                    False, str(error), "set SAN_JOB_DISPATCHER to pg_notify, redis_stream or none"
-                )
-            )
-        except Exception as error:  # Redis unreachable
-            findings.append(
-                Finding(
-                    False,
-                    f"Redis at {redacted(redis_url)} is unreachable: "
-                    f"{redact_secrets(str(error), redis_url)}",
-                    "start Redis or fix SAN_REDIS_URL (jobs are still created, only not announced)",
-                )
-            )
+        )
+    return findings
 
 
-def app_guarantee_finding(conn) -> Finding:
+def clock_finding(conn) -> list[Finding]:
+    """The clock skew between this server and the database."""
+    skew = (database_now(conn) - utc_now()).total_seconds()
+    ok = abs(skew) <= MAX_CLOCK_SKEW_SECONDS
+    return [
+        Finding(
+            ok,
+            f"clock skew database - this server: {skew:+.1f} s",
+            "" if ok else "synchronise both clocks (NTP): thresholds are measured in minutes",
+        )
+    ]
+
+
+# The settings a new session starts with that batch_pipeline's own transactions replace (the
+# values psycopg and the code read with): worth a note when the role's or database's default
+# differs, never a problem. Keyed by setting: what batch_pipeline reads with instead.
+READ_SETTING_NOTES = {
+    "DateStyle": "ISO, MDY",
+    "IntervalStyle": "postgres",
+    "TimeZone": "UTC",
+}
+
+
+def session_findings(conn) -> list[Finding]:
+    """The session settings this role starts with."""
+    defaults = dialect(conn).session_defaults(conn)
+    findings = []
+    odd = [
+        f"{name} = {defaults[name]!r}"
+        for name, ours in READ_SETTING_NOTES.items()
+        if name in defaults and defaults[name] != ours
+    ]
+    if odd:
+        findings.append(
+            Finding(
+                True,
+                "this role's sessions start with "
+                + ", ".join(odd)
+                + ": batch_pipeline sets "
+                + ", ".join(f"{name} = {ours!r}" for name, ours in READ_SETTING_NOTES.items())
+                + " for each of its own transactions, so they change nothing it reads",
+            )
+        )
+    if defaults.get("default_transaction_read_only") == "on":
+        findings.append(
+            Finding(
+                False,
+                "this role's sessions are read-only (default_transaction_read_only = on): every "
+                "write batch would fail",
+                "ALTER ROLE … SET default_transaction_read_only = off, or connect to the primary",
+            )
+        )
+    return findings
+
+
+def dispatcher_findings(conn) -> list[Finding]:
+    """The dispatcher."""
+    redis_url = os.environ.get("SAN_REDIS_URL") or DEFAULT_REDIS_URL
+    try:
+        dispatcher = build_dispatcher(
+            os.environ.get("SAN_JOB_DISPATCHER"), conn.dialect.name, redis_url
+        )
+        if isinstance(dispatcher, RedisStreamDispatcher):
+            dispatcher.ping()
+    except DispatcherConfigError as error:
+        return [
+            Finding(False, str(error), "set SAN_JOB_DISPATCHER to pg_notify, redis_stream or none")
+        ]
+    except Exception as error:  # Redis unreachable
+        return [
+            Finding(
+                False,
+                f"Redis at {redacted(redis_url)} is unreachable: "
+                f"{redact_secrets(str(error), redis_url)}",
+                "start Redis or fix SAN_REDIS_URL (jobs are still created, only not announced)",
+            )
+        ]
+    return [Finding(True, f"dispatcher {dispatcher.kind}")]
+
+
+def app_guarantee_findings(conn) -> list[Finding]:
     """Whether one active job per target is guaranteed by a unique index (the app's side)."""
     present = app_guarantee_index(conn)
     if present:
-        return Finding(
-            True,
-            f"one active job per (job_type, target_id) is guaranteed by the unique index {present}",
-        )
+        return [
+            Finding(
+                True,
+                "one active job per (job_type, target_id) is guaranteed by the unique index "
+                f"{present}",
+            )
+        ]
     doubled = targets_with_two_active_jobs(conn)
-    return Finding(
-        True,
-        "no unique index guarantees one active job per (job_type, target_id): the app's own "
-        "enqueue (which does not "
-        "take batch_pipeline's lock) can race a recovery into two active jobs for one target"
-        + (f"; {doubled} target(s) have two active jobs now" if doubled else ""),
-        "for SAN's team to decide (the app's own second enqueue of an active target would then "
-        "fail): "
-        + app_guarantee_statement(conn.dialect.name)
-        + ";"
-        + (" Close the doubled active jobs first, or the build fails." if doubled else ""),
-        warning=True,
-    )
+    return [
+        Finding(
+            True,
+            "no unique index guarantees one active job per (job_type, target_id): the app's own "
+            "enqueue (which does not take batch_pipeline's lock) can race a recovery into two "
+            "active jobs for one target"
+            + (f"; {doubled} target(s) have two active jobs now" if doubled else ""),
+            "for SAN's team to decide (the app's own second enqueue of an active target would "
+            "then fail; docs/correctness.md): "
+            + app_guarantee_statement(conn.dialect.name)
+            + ";"
+            + (" Close the doubled active jobs first, or the build fails." if doubled else ""),
+            warning=True,
+        )
+    ]
 
 
 # What the pipeline does to each table (the README's list): (table, privilege).
 REQUIRED_PRIVILEGES = (
-    *(("users", "SELECT"), ("scraps", "SELECT"), ("knowledge_cards", "SELECT")),
+    ("users", "SELECT"),
+    ("scraps", "SELECT"),
+    ("knowledge_cards", "SELECT"),
     ("jobs", "SELECT"),
     ("jobs", "INSERT"),
     ("jobs", "UPDATE"),
@@ -248,28 +331,8 @@ REQUIRED_PRIVILEGES = (
 
 
 def privilege_findings(conn) -> list[Finding]:
-    """On PostgreSQL: whether this role may do what the pipeline does (a SELECT-only role would
-    pass every other check and fail the first write)."""
-    if conn.dialect.name != "postgresql":
-        return []
-    missing = [
-        f"{action} on {table}"
-        for table, action in REQUIRED_PRIVILEGES
-        if not conn.execute(
-            text("SELECT has_table_privilege(:table, :action)"), {"table": table, "action": action}
-        ).scalar_one()
-    ]
-    for table in ("jobs", "daily_summaries"):  # the id defaults of the rows it inserts
-        sequence = conn.execute(
-            text("SELECT pg_get_serial_sequence(:table, 'id')"), {"table": table}
-        ).scalar_one()
-        if (
-            sequence
-            and not conn.execute(
-                text("SELECT has_sequence_privilege(:sequence, 'USAGE')"), {"sequence": sequence}
-            ).scalar_one()
-        ):
-            missing.append(f"USAGE on sequence {sequence}")
+    """The role's privileges on the SAN tables."""
+    missing = dialect(conn).missing_privileges(conn, REQUIRED_PRIVILEGES)
     if not missing:
         return [Finding(True, "this role may read the SAN tables, write jobs and daily_summaries")]
     role = conn.execute(text("SELECT current_user")).scalar_one()
@@ -277,11 +340,21 @@ def privilege_findings(conn) -> list[Finding]:
         Finding(
             False,
             f"role {role} lacks: {', '.join(missing)}",
-            "GRANT them (e.g. GRANT SELECT, INSERT, UPDATE ON jobs TO "
-            + role
-            + "), then run doctor again",
+            f"GRANT them (e.g. GRANT SELECT, INSERT, UPDATE ON jobs TO {role}), then run doctor "
+            "again",
         )
     ]
+
+
+# Each in a transaction of its own, in this order, once the tables are there.
+CONNECTED_CHECKS = (
+    privilege_findings,
+    session_findings,
+    index_findings,
+    app_guarantee_findings,
+    clock_finding,
+    dispatcher_findings,
+)
 
 
 def run_doctor(database_url: str, out: Callable[[str], None] = print) -> int:

@@ -23,11 +23,10 @@ from sqlalchemy.exc import OperationalError
 from batch_pipeline.san.database import create_san_engine, utc_now
 from batch_pipeline.san.dialects.postgresql import has_target_index
 from batch_pipeline.san.dispatch import Dispatcher
-from batch_pipeline.san.schema import (
+from batch_pipeline.san.schema import create_recommended_indexes, create_schema
+from batch_pipeline.san.tables import (
     COMPLETED,
     PENDING,
-    create_recommended_indexes,
-    create_schema,
     daily_summaries,
     jobs,
     knowledge_cards,

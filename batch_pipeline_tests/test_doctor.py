@@ -3,13 +3,8 @@
 from sqlalchemy import text
 
 from batch_pipeline.doctor import run_doctor
-from batch_pipeline.san.schema import (
-    CARD_ANALYSIS,
-    PENDING,
-    PROCESSING,
-    app_guarantee_statement,
-    create_recommended_indexes,
-)
+from batch_pipeline.san.schema import app_guarantee_statement, create_recommended_indexes
+from batch_pipeline.san.tables import CARD_ANALYSIS, PENDING, PROCESSING
 
 
 def with_app_guarantee(db):

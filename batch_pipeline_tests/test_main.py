@@ -3,7 +3,7 @@
 from sqlalchemy import text
 
 from batch_pipeline.__main__ import main
-from batch_pipeline.san.schema import RECOMMENDED_INDEXES
+from batch_pipeline.san.indexes import RECOMMENDED_INDEXES
 
 
 def test_create_indexes_says_what_it_created_and_then_that_everything_is_there(san_db, capsys):
@@ -84,7 +84,8 @@ def test_create_schema_makes_an_empty_database_a_san_schema(tmp_path, capsys):
 def test_show_indexes_offers_the_app_side_guarantee_as_a_comment_create_indexes_leaves_it(
     pg_db, capsys
 ):
-    from batch_pipeline.san.schema import APP_ONE_ACTIVE_JOB, app_guarantee_statement
+    from batch_pipeline.san.indexes import APP_ONE_ACTIVE_JOB
+    from batch_pipeline.san.schema import app_guarantee_statement
 
     assert main(["show-indexes", "--database-url", pg_db.url]) == 0
     shown = capsys.readouterr().out

@@ -8,7 +8,7 @@ from dagster import DagsterInstance
 from batch_pipeline.definitions import defs
 from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
-from batch_pipeline.san.schema import CARD_ANALYSIS, PENDING
+from batch_pipeline.san.tables import CARD_ANALYSIS, PENDING
 
 SAN_SECRET, REDIS_SECRET = "s4nPassw0rdXYZ", "r3disPassw0rdXYZ"
 

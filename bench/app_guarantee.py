@@ -19,8 +19,11 @@ from statistics import median
 from sqlalchemy import text
 
 from batch_pipeline.san.database import create_san_engine, database_now, write_transaction
-from batch_pipeline.san.enqueue import EnqueueRequest, enqueue_jobs
-from batch_pipeline.san.schema import APP_ONE_ACTIVE_JOB, CARD_ANALYSIS, app_guarantee_statement
+from batch_pipeline.san.enqueue import enqueue_jobs
+from batch_pipeline.san.indexes import APP_ONE_ACTIVE_JOB
+from batch_pipeline.san.job_source import EnqueueRequest
+from batch_pipeline.san.schema import app_guarantee_statement
+from batch_pipeline.san.tables import CARD_ANALYSIS
 from batch_pipeline.sandbox.app_schema import init_sandbox
 from batch_pipeline.sandbox.scratch import scratch_database
 

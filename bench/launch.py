@@ -21,6 +21,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+
+from batch_pipeline.definitions import defs
+from batch_pipeline.san.database import create_san_engine
+from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
+from batch_pipeline.sandbox.demo import seed_demo_state
+
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
@@ -36,7 +43,6 @@ def wait_for(condition, timeout_s: float, what: str):
 
 
 def finished_runs(instance, job_name: str):
-    from dagster import DagsterRunStatus, RunsFilter
 
     return instance.get_run_records(
         RunsFilter(
@@ -58,10 +64,6 @@ def seconds_to_end(records) -> list[float]:
 
 
 def in_process_seconds(job_name: str, database_url: str, runs: int) -> list[float]:
-    from dagster import DagsterInstance
-
-    from batch_pipeline.definitions import defs
-    from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 
     job = defs.resolve_job_def(job_name)
     timings = []
@@ -90,11 +92,6 @@ def main(argv=None) -> int:
         "--runs", type=int, default=3, help="runs of each job (default %(default)s)"
     )
     args = parser.parse_args(argv)
-
-    from dagster import DagsterInstance
-
-    from batch_pipeline.san.database import create_san_engine
-    from batch_pipeline.sandbox.demo import seed_demo_state
 
     work = Path(tempfile.mkdtemp(prefix="bench_launch_"))
     home = work / "dagster_home"

@@ -19,8 +19,10 @@ from datetime import timedelta
 from zoneinfo import ZoneInfo
 
 import psycopg
+from sqlalchemy import text
 
 from batch_pipeline.san.database import create_san_engine, utc_now
+from batch_pipeline.san.dialects import postgresql
 from batch_pipeline.san.schema import create_recommended_indexes
 from batch_pipeline.sandbox.scratch import scratch_database
 from bench.runner import psycopg_conninfo, run_pipeline
@@ -31,9 +33,6 @@ ZONE = "Asia/Seoul"
 
 def old_lock_wait() -> None:
     """The code before the fix: the advisory lock under the batch's own lock_timeout."""
-    from sqlalchemy import text
-
-    from batch_pipeline.san.dialects import postgresql
 
     def take_write_lock(conn, limits):
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": postgresql.WRITE_LOCK_KEY})

@@ -8,6 +8,7 @@ them never written (content NULL, the TIL_GENERATION job FAILED: 12,000 unwritte
 about 20,000 active users yesterday.
 """
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -155,6 +156,5 @@ def seed(conn, scale: Scale, now: datetime) -> None:
 
 
 def _named_to_pyformat(sql: str) -> str:
-    import re
 
     return re.sub(r"(?<!:):(\w+)", r"%(\1)s", sql.replace("%", "%%"))

@@ -47,11 +47,12 @@ from batch_pipeline.recovery.targets import (
     recover_targets,
 )
 from batch_pipeline.san.audit import capped_ids
-from batch_pipeline.san.database import WriteLimits, read_transaction
+from batch_pipeline.san.database import read_transaction
 from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.frames import INT, TEXT, UTC_DATETIME, FrameSchema, frame_instant
-from batch_pipeline.san.schema import ACTIVE_STATUSES, FAILED, PENDING, jobs
+from batch_pipeline.san.limits import WriteLimits
+from batch_pipeline.san.tables import ACTIVE_STATUSES, FAILED, PENDING, jobs
 
 # Lost events: the first re-announcement after this, each next one after twice the wait before.
 REANNOUNCE_AFTER = timedelta(seconds=60)

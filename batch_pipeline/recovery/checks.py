@@ -24,7 +24,8 @@ from batch_pipeline.recovery import ghost_jobs
 from batch_pipeline.recovery.plan import RecoveryReport, minutes
 from batch_pipeline.recovery.registry import RECOVERIES
 from batch_pipeline.san.dialects import dialect
-from batch_pipeline.san.schema import JOB_STATUSES, index_advice, jobs
+from batch_pipeline.san.schema import index_advice
+from batch_pipeline.san.tables import JOB_STATUSES, jobs
 
 # The backlog limit, as a multiple of the run's thresholds: a job stale for longer has been
 # missed by at least one run (the period is 2 h, the thresholds 30 and 60 min).

@@ -5,12 +5,9 @@ Every job type is covered, TIL_GENERATION included. A PROCESSING job's age runs 
 `started_at`, or from `updated_at` when a worker never set `started_at`.
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 import pandas as pd
 from sqlalchemy import String, and_, case, cast, func, literal, or_, select, update
@@ -20,20 +17,21 @@ from sqlalchemy.sql.elements import ColumnElement
 from batch_pipeline.recovery.plan import (
     RecoveryPolicy,
     RecoveryReport,
+    RecoverySettings,
+    Writes,
     attempted,
     heal_ages,
     minutes,
     plan_recovery,
-    with_partial_report,
+    planned_report,
+    write_recovery,
 )
 from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
-from batch_pipeline.san.enqueue import BatchWritten, JobSource, enqueue, run_in_batches
+from batch_pipeline.san.enqueue import BatchWritten, enqueue
 from batch_pipeline.san.frames import INT, TEXT, UTC_DATETIME, FrameSchema, frame_instant
-from batch_pipeline.san.schema import ACTIVE_STATUSES, FAILED, PENDING, PROCESSING, jobs
-
-if TYPE_CHECKING:
-    from batch_pipeline.recovery.config import RecoveryConfig
+from batch_pipeline.san.job_source import JobSource
+from batch_pipeline.san.tables import ACTIVE_STATUSES, FAILED, PENDING, PROCESSING, jobs
 
 AREA = "ghost_job_recovery"
 
@@ -250,32 +248,24 @@ def recover_ghost_jobs(
     never closed without its replacement.
     """
     plan = plan_recovery(ghosts, oldest_first_by=["stale_since", "job_id"], policy=policy)
-    report = RecoveryReport(
-        area=AREA,
-        dry_run=policy.dry_run,
-        thresholds={
-            "stale_pending_after_minutes": rule.stale_pending_after.total_seconds() / 60,
-            "stale_processing_after_minutes": rule.stale_processing_after.total_seconds() / 60,
-            **policy.caps(),
-        },
-        detected=len(ghosts),
-        deferred=len(plan.deferred),
-        deferred_ids=plan.deferred["job_id"].tolist(),
-    )
+    thresholds = {
+        "stale_pending_after_minutes": rule.stale_pending_after.total_seconds() / 60,
+        "stale_processing_after_minutes": rule.stale_processing_after.total_seconds() / 60,
+    }
+    report = planned_report(AREA, ghosts, plan, "job_id", thresholds, policy)
     if policy.dry_run:
-        report.exhausted = len(plan.exhausted)
-        report.exhausted_ids = plan.exhausted["job_id"].tolist()
         return report
-
+    # the exhausted ghosts are closed too, without a replacement
     work = pd.concat([plan.to_enqueue, plan.exhausted])
 
-    def complete(results, batches) -> RecoveryReport:
+    def complete(results: list[ClosedBatch], batches) -> RecoveryReport:
         replacement_of: dict[int, NewJob] = {}
         closed_ids: set[int] = set()
         for batch in results:
             closed_ids.update(batch.closed_ids)
             replacement_of.update(batch.replacements)
-            report.exhausted_ids += batch.exhausted_ids
+        # exhausted: the ghosts closed whose target is at the cap, as the writes found them
+        report.exhausted_ids = [job_id for batch in results for job_id in batch.exhausted_ids]
         report.exhausted = len(report.exhausted_ids)
         report.enqueued = len(replacement_of)
         report.skipped_by_race = attempted(work, batches, policy) - len(closed_ids)
@@ -305,21 +295,12 @@ def recover_ghost_jobs(
         report.announce_failures = batches.announce_failures
         return report
 
-    try:
-        results, batches = run_in_batches(
-            engine,
-            dispatcher,
-            work,
-            policy.batch_size,
-            lambda conn, batch: close_and_replace(
-                conn, batch, rule, policy.max_attempts, dispatcher.statement_channel
-            ),
-            policy.limits,
+    def write_batch(conn: Connection, batch: pd.DataFrame) -> BatchWritten[ClosedBatch]:
+        return close_and_replace(
+            conn, batch, rule, policy.max_attempts, dispatcher.statement_channel
         )
-    except Exception as error:
-        with_partial_report(error, complete)  # the audit of the batches that did commit
-        raise
-    return complete(results, batches)
+
+    return write_recovery(engine, dispatcher, Writes(work, write_batch, complete), policy)
 
 
 @dataclass(frozen=True)
@@ -360,10 +341,10 @@ class GhostJobRecovery:
             f"Ghost {self.rule_text}. Metadata: counts per run and the failed -> new job id pairs."
         )
 
-    def rule(self, settings: RecoveryConfig, now: datetime) -> GhostRule:
+    def rule(self, settings: RecoverySettings, now: datetime) -> GhostRule:
         return GhostRule(now, settings.stale_pending_after, settings.stale_processing_after)
 
-    def detect(self, conn: Connection, settings: RecoveryConfig, now: datetime) -> pd.DataFrame:
+    def detect(self, conn: Connection, settings: RecoverySettings, now: datetime) -> pd.DataFrame:
         return detect_ghost_jobs(conn, self.rule(settings, now))
 
     def recover(
@@ -371,7 +352,7 @@ class GhostJobRecovery:
         engine: Engine,
         dispatcher: Dispatcher,
         candidates: pd.DataFrame,
-        settings: RecoveryConfig,
+        settings: RecoverySettings,
         now: datetime,
     ) -> RecoveryReport:
         return recover_ghost_jobs(

@@ -8,7 +8,7 @@ embedding is NULL does not occur in the current pipeline and is not handled.
 from sqlalchemy import exists, literal, select
 
 from batch_pipeline.recovery.targets import TargetRecovery
-from batch_pipeline.san.schema import CARD_ANALYSIS, knowledge_cards, scraps
+from batch_pipeline.san.tables import CARD_ANALYSIS, knowledge_cards, scraps
 
 has_no_card = ~exists().where(knowledge_cards.c.scrap_id == scraps.c.id)
 # The same, probed per scrap (a scalar subquery is never turned into a hash of all cards).

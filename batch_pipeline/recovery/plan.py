@@ -1,13 +1,23 @@
-"""What every recovery shares after detection: poison cap, per-run cap and the report."""
+"""What every recovery shares after detection: the settings it reads, the poison cap and the
+per-run cap, the report, and the one skeleton that writes and audits (`write_recovery`)."""
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Protocol
 
 import pandas as pd
+from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.san.audit import AUDIT_ID_LIMIT, capped_ids
-from batch_pipeline.san.database import BATCH_SIZE, WriteLimits
-from batch_pipeline.san.enqueue import committed_before
+from batch_pipeline.san.dispatch import Dispatcher
+from batch_pipeline.san.enqueue import (
+    BatchRunReport,
+    BatchWritten,
+    committed_before,
+    run_in_batches,
+)
+from batch_pipeline.san.limits import BATCH_SIZE, WriteLimits
 
 # A (job_type, target_id) with this many jobs gets no new one: a poison target (a scrap the AI
 # always fails on) must not be retried every run forever. 0 = unlimited.
@@ -36,6 +46,18 @@ class RecoveryPolicy:
         return {"max_attempts": self.max_attempts, "max_enqueue_per_run": self.max_enqueue_per_run}
 
 
+class RecoverySettings(Protocol):
+    """What a recovery reads of a run's settings (recovery/config.py's RecoveryConfig has it)."""
+
+    stale_pending_after: timedelta
+    stale_processing_after: timedelta
+    orphan_min_age: timedelta
+    orphan_min_age_minutes: int
+    scrap_lookback: timedelta | None
+    scrap_lookback_hours: int
+    policy: RecoveryPolicy
+
+
 @dataclass(frozen=True)
 class RecoveryPlan:
     """Detected candidates split by the caps, oldest first."""
@@ -43,6 +65,28 @@ class RecoveryPlan:
     to_enqueue: pd.DataFrame  # under the poison cap, within the per-run cap
     exhausted: pd.DataFrame  # already have max_attempts jobs: no new job
     deferred: pd.DataFrame  # beyond the per-run cap: left for the next run
+
+
+def planned_report(
+    area: str,
+    candidates: pd.DataFrame,
+    plan: RecoveryPlan,
+    id_key: str,
+    thresholds: dict,
+    policy: RecoveryPolicy,
+) -> "RecoveryReport":
+    """The report of a run before it writes: what was detected, exhausted and deferred (all a
+    dry run reports)."""
+    return RecoveryReport(
+        area=area,
+        dry_run=policy.dry_run,
+        thresholds={**thresholds, **policy.caps()},
+        detected=len(candidates),
+        exhausted=len(plan.exhausted),
+        exhausted_ids=plan.exhausted[id_key].tolist(),
+        deferred=len(plan.deferred),
+        deferred_ids=plan.deferred[id_key].tolist(),
+    )
 
 
 def plan_recovery(
@@ -189,3 +233,31 @@ def partial_report(error: BaseException) -> "RecoveryReport | None":
 
 
 PARTIAL_REPORT_ATTRIBUTE = "batch_pipeline_partial_report"
+
+
+@dataclass(frozen=True)
+class Writes:
+    """What one recovery writes, and how its report is read back from what committed."""
+
+    items: Sequence  # written in bounded batches, in this order
+    write_batch: Callable[[Connection, Sequence], BatchWritten]
+    complete: Callable[[list, BatchRunReport], "RecoveryReport"]  # from the batches' results
+    # the report when a batch failed after others had committed (default: `complete`)
+    complete_partial: Callable[[list, BatchRunReport], "RecoveryReport"] | None = None
+
+
+def write_recovery(
+    engine: Engine, dispatcher: Dispatcher, writes: Writes, policy: RecoveryPolicy
+) -> "RecoveryReport":
+    """The skeleton every recovery writes through: `writes.items` in bounded batches, one
+    transaction each (run_in_batches), then the report of what committed. When a batch fails
+    after others committed, the report of those is attached to the error (partial_report), for
+    the op to record before the error travels on."""
+    try:
+        results, batches = run_in_batches(
+            engine, dispatcher, writes.items, policy.batch_size, writes.write_batch, policy.limits
+        )
+    except Exception as error:
+        with_partial_report(error, writes.complete_partial or writes.complete)
+        raise
+    return writes.complete(results, batches)

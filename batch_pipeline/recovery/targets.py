@@ -8,14 +8,11 @@ separate recoveries, with their own assets, because the design keeps their natur
 apart even where the mechanics are the same.
 """
 
-from __future__ import annotations
-
 import logging
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 import pandas as pd
 from sqlalchemy import Table, and_, exists, func, select
@@ -25,28 +22,23 @@ from sqlalchemy.sql.elements import ColumnElement
 from batch_pipeline.recovery.plan import (
     RecoveryPolicy,
     RecoveryReport,
+    RecoverySettings,
+    Writes,
     attempted,
     heal_ages,
     minutes,
     plan_recovery,
-    with_partial_report,
+    planned_report,
+    write_recovery,
 )
-from batch_pipeline.san.database import WriteLimits, read_transaction
-from batch_pipeline.san.dialects import dialect
+from batch_pipeline.san.database import read_transaction
+from batch_pipeline.san.dialects import dialect, named_rows
 from batch_pipeline.san.dispatch import Dispatcher
-from batch_pipeline.san.enqueue import (
-    BatchWritten,
-    Eligibility,
-    EnqueueRequest,
-    JobSource,
-    enqueue,
-    run_in_batches,
-)
+from batch_pipeline.san.enqueue import BatchWritten, enqueue
 from batch_pipeline.san.frames import FRAME_MIN, INT, UTC_DATETIME, FrameSchema, frame_instant
-from batch_pipeline.san.schema import FAILED, holds_its_target, jobs
-
-if TYPE_CHECKING:
-    from batch_pipeline.recovery.config import RecoveryConfig
+from batch_pipeline.san.job_source import Eligibility, EnqueueRequest, JobSource
+from batch_pipeline.san.limits import WriteLimits
+from batch_pipeline.san.tables import FAILED, holds_its_target, jobs
 
 LOG = logging.getLogger(__name__)
 
@@ -139,7 +131,7 @@ class TargetRecovery:
         )
 
     # -- what the Dagster ops call -----------------------------------------------------------
-    def detect(self, conn: Connection, settings: RecoveryConfig, now: datetime) -> pd.DataFrame:
+    def detect(self, conn: Connection, settings: RecoverySettings, now: datetime) -> pd.DataFrame:
         lookback = settings.scrap_lookback if self.uses_scrap_lookback else None
         return detect_targets(
             conn, self, now=now, min_age=settings.orphan_min_age, lookback=lookback
@@ -150,7 +142,7 @@ class TargetRecovery:
         engine: Engine,
         dispatcher: Dispatcher,
         candidates: pd.DataFrame,
-        settings: RecoveryConfig,
+        settings: RecoverySettings,
         now: datetime,
     ) -> RecoveryReport:
         thresholds = {"orphan_min_age_minutes": settings.orphan_min_age_minutes}
@@ -271,17 +263,17 @@ def last_failures(
     if not with_attempts:
         return NO_FAILURES
     with read_transaction(engine, limits) as conn:
-        sql = dialect(conn)
-        rows = sql.plain_rows(
+        rows = named_rows(
             conn.execute(
-                select(jobs.c.target_id, func.max(jobs.c.updated_at))
+                select(jobs.c.target_id, func.max(jobs.c.updated_at).label("failed_at"))
                 .where(
                     jobs.c.status == FAILED,
                     jobs.c.job_type == recovery.job_type,
-                    sql.id_in(jobs.c.target_id, with_attempts),
+                    dialect(conn).id_in(jobs.c.target_id, with_attempts),
                 )
                 .group_by(jobs.c.target_id)
-            )
+            ),
+            ("target_id", "failed_at"),
         )
     if not rows:
         return NO_FAILURES
@@ -329,18 +321,10 @@ def recover_targets(
     """Enqueue `recovery.job_type` for the detected targets, oldest first, in bounded batches."""
     key = recovery.id_key
     plan = plan_recovery(candidates, oldest_first_by=[recovery.grace_column, key], policy=policy)
-    report = RecoveryReport(
-        area=recovery.area,
-        dry_run=policy.dry_run,
-        thresholds={**thresholds, **policy.caps()},
-        detected=len(candidates),
-        exhausted=len(plan.exhausted),
-        exhausted_ids=plan.exhausted[key].tolist(),
-        deferred=len(plan.deferred),
-        deferred_ids=plan.deferred[key].tolist(),
-    )
+    report = planned_report(recovery.area, candidates, plan, key, thresholds, policy)
     if policy.dry_run:
         return report
+    to_enqueue = plan.to_enqueue[key].tolist()
 
     def write_batch(conn: Connection, ids: Sequence[int]) -> BatchWritten:
         outcome = enqueue(
@@ -351,8 +335,6 @@ def recover_targets(
             notify_channel=dispatcher.statement_channel,
         )
         return outcome.as_batch(outcome)
-
-    to_enqueue = plan.to_enqueue[key].tolist()
 
     def complete(results, batches, last_failure: pd.Series = NO_FAILURES) -> RecoveryReport:
         created = [job for outcome in results for job in outcome.created]
@@ -376,12 +358,13 @@ def recover_targets(
         max_workers=1, thread_name_prefix=f"{recovery.name}_heal_ages"
     ) as lookup:
         failures = lookup.submit(last_failures, engine, recovery, plan.to_enqueue, policy.limits)
-        try:
-            results, batches = run_in_batches(
-                engine, dispatcher, to_enqueue, policy.batch_size, write_batch, policy.limits
-            )
-        except Exception as error:
-            # The database may be gone: the ages since the save, not the last failure.
-            with_partial_report(error, complete)
-            raise
-        return complete(results, batches, audit_lookup(failures, recovery.area))
+        writes = Writes(
+            to_enqueue,
+            write_batch,
+            complete=lambda results, batches: complete(
+                results, batches, audit_lookup(failures, recovery.area)
+            ),
+            # a batch failed: the database may be gone, the ages run from the saves
+            complete_partial=complete,
+        )
+        return write_recovery(engine, dispatcher, writes, policy)

@@ -6,7 +6,7 @@ ghost job; a re-scrapped source is re-enqueued by the app itself.
 """
 
 from batch_pipeline.recovery.targets import TargetRecovery
-from batch_pipeline.san.schema import SCRAP_REFINE, scraps
+from batch_pipeline.san.tables import SCRAP_REFINE, scraps
 
 UNREFINED_SCRAPS = TargetRecovery(
     area="orphan_scrap_refine_recovery",

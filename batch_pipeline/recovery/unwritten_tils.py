@@ -7,7 +7,7 @@ grace (orphan_min_age_minutes) leaves summaries alone whose job the app may stil
 """
 
 from batch_pipeline.recovery.targets import TargetRecovery
-from batch_pipeline.san.schema import TIL_GENERATION, daily_summaries
+from batch_pipeline.san.tables import TIL_GENERATION, daily_summaries
 
 UNWRITTEN_TILS = TargetRecovery(
     area="til_generation_recovery",

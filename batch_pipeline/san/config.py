@@ -3,12 +3,7 @@
 from dagster import Config
 from pydantic import Field
 
-from batch_pipeline.san.database import (
-    BATCH_SIZE,
-    LOCK_TIMEOUT_MS,
-    STATEMENT_TIMEOUT_MS,
-    WriteLimits,
-)
+from batch_pipeline.san.limits import BATCH_SIZE, LOCK_TIMEOUT_MS, STATEMENT_TIMEOUT_MS, WriteLimits
 
 MAX_BATCH_SIZE = 50_000
 

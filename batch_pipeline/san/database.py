@@ -2,28 +2,22 @@
 
 Every write batch runs in `write_transaction`: one transaction, bounded lock and statement
 timeouts, and a lock that serialises batch_pipeline's own writers (two overlapping runs) without
-ever blocking SAN's workers.
+ever blocking SAN's workers. How each database does it is its dialect's (san/dialects/).
 """
 
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.engine.url import URL
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
-from batch_pipeline.san.dialects import dialect, sqlite
-
-# Rows per write transaction: small enough that a batch holds its locks briefly, large enough
-# that a round trip is amortised (docs/benchmarks.md, "Figures behind the code").
-BATCH_SIZE = 5_000
-LOCK_TIMEOUT_MS = 5_000
-STATEMENT_TIMEOUT_MS = 120_000
+from batch_pipeline.san.dialects import BY_URL_BACKEND, dialect
+from batch_pipeline.san.limits import WriteLimits
 
 
 class SanConnectionError(RuntimeError):
@@ -84,42 +78,20 @@ def parse_database_url(url: str) -> URL:
             f"SAN_DATABASE_URL is not a valid SQLAlchemy URL ({error}); expected e.g. "
             "postgresql+psycopg://user:password@host:5432/san or sqlite:///path/to/san.sqlite"
         ) from error
-    # Heroku, Render, Supabase...: PostgreSQL by its old name
-    if parsed.get_backend_name() == "postgres":
-        parsed = parsed.set(
-            drivername="postgresql+" + parsed.get_driver_name()
-            if "+" in parsed.drivername
-            else "postgresql"
-        )
-    backend = parsed.get_backend_name()
-    if backend == "postgresql":
-        if parsed.get_driver_name() in ("", "psycopg2"):
-            parsed = parsed.set(drivername="postgresql+psycopg")
-    elif backend != "sqlite":
+    sql = BY_URL_BACKEND.get(parsed.get_backend_name())
+    if sql is None:
         raise SanConnectionError(
-            f"SAN_DATABASE_URL {redacted(parsed)} names the '{backend}' database; batch_pipeline "
-            "supports PostgreSQL (postgresql+psycopg://…) and SQLite (sqlite:///…)"
+            f"SAN_DATABASE_URL {redacted(parsed)} names the '{parsed.get_backend_name()}' "
+            "database; batch_pipeline supports PostgreSQL (postgresql+psycopg://…) and SQLite (sqlite:///…)"
         )
-    return parsed
+    return sql.normalise_url(parsed)
 
 
 def create_san_engine(url: str) -> Engine:
     """An Engine for the SAN database. Does not connect yet: see `check_connection`."""
     parsed = parse_database_url(url)
     try:
-        if parsed.get_backend_name() == "sqlite":
-            database = parsed.database
-            if database and database != ":memory:":
-                Path(database).parent.mkdir(parents=True, exist_ok=True)
-            engine = create_engine(parsed, connect_args={"timeout": 30})
-            sqlite.configure_engine(engine)
-        else:
-            # application_name: operators see batch_pipeline's sessions in pg_stat_activity
-            engine = create_engine(
-                parsed,
-                pool_pre_ping=True,
-                connect_args={"connect_timeout": 10, "application_name": "batch_pipeline"},
-            )
+        engine = BY_URL_BACKEND[parsed.get_backend_name()].create_engine(parsed)
     except (ArgumentError, NoSuchModuleError) as error:
         raise SanConnectionError(
             f"cannot use SAN_DATABASE_URL {redacted(parsed)}: {error}"
@@ -139,18 +111,10 @@ def check_connection(engine: Engine) -> None:
         ) from error
 
 
-@dataclass(frozen=True)
-class WriteLimits:
-    """Bounds for one transaction (detection or a write batch), so a locked or busy table is
-    reported, never waited on forever."""
-
-    lock_timeout_ms: int = LOCK_TIMEOUT_MS
-    statement_timeout_ms: int = STATEMENT_TIMEOUT_MS
-
-
 @contextmanager
 def read_transaction(engine: Engine, limits: WriteLimits = WriteLimits()) -> Iterator[Connection]:
-    """Detection: one read-only transaction with the same bounded waits as the writes."""
+    """Detection: one transaction with the same bounded waits as the writes (every transaction
+    starts with the dialect's read settings, see postgresql.create_engine)."""
     with engine.begin() as conn:
         dialect(conn).transaction_settings(conn, limits)
         yield conn

@@ -11,16 +11,16 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import redis
 from sqlalchemy.engine import Connection, make_url
 
 from batch_pipeline.san.database import redacted
-from batch_pipeline.san.dialects.postgresql import notify_job_ids
+from batch_pipeline.san.dialects import DIALECTS, dialect
 
 log = logging.getLogger(__name__)
 
-PG_NOTIFY_CHANNEL = (
-    "san_jobs"  # SAN_NOTIFY_CHANNEL overrides it: two SAN environments can share a server
-)
+# SAN_NOTIFY_CHANNEL overrides it: two SAN environments can share a server
+PG_NOTIFY_CHANNEL = "san_jobs"
 REDIS_STREAM = "san:jobs"
 DISPATCHER_KINDS = ("pg_notify", "redis_stream", "none")
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -88,12 +88,14 @@ class PgNotifyDispatcher(Dispatcher):
 
     def __init__(self, channel: str = PG_NOTIFY_CHANNEL):
         self.statement_channel = check_notify_channel(channel)
-        # For write paths that could not announce in their own statement: the payloads are
-        # built from the rows just inserted; one bigint array goes over the wire, not text.
-        self._notify = notify_job_ids(channel)
+        self._notify = None
 
     def announce_in_transaction(self, conn: Connection, new_jobs: Sequence[NewJob]) -> None:
+        """For write paths that could not announce in their own statement: the payloads are
+        built from the rows just inserted; one bigint array goes over the wire, not text."""
         if new_jobs:
+            if self._notify is None:
+                self._notify = dialect(conn).announce_statement(self.statement_channel)
             conn.execute(self._notify, {"job_ids": [job.job_id for job in new_jobs]})
 
 
@@ -108,8 +110,6 @@ class RedisStreamDispatcher(Dispatcher):
 
     def _redis(self):
         if self._client is None:
-            import redis
-
             self._client = redis.Redis.from_url(
                 self.redis_url, socket_timeout=self.timeout_s, socket_connect_timeout=self.timeout_s
             )
@@ -147,17 +147,17 @@ def build_dispatcher(
     redis_stream: str = REDIS_STREAM,
     notify_channel: str = PG_NOTIFY_CHANNEL,
 ) -> Dispatcher:
-    """The dispatcher SAN_JOB_DISPATCHER names; unset: pg_notify on PostgreSQL, none on SQLite."""
-    chosen = (kind or "").strip().lower() or (
-        "pg_notify" if dialect_name == "postgresql" else "none"
-    )
+    """The dispatcher SAN_JOB_DISPATCHER names; unset: the database's default (pg_notify on
+    PostgreSQL, none on SQLite)."""
+    sql = DIALECTS[dialect_name]
+    chosen = (kind or "").strip().lower() or sql.DEFAULT_DISPATCHER
     if chosen not in DISPATCHER_KINDS:
         raise DispatcherConfigError(
             f"SAN_JOB_DISPATCHER={kind!r} is not a dispatcher; choose one of "
             f"{', '.join(DISPATCHER_KINDS)}"
         )
     if chosen == "pg_notify":
-        if dialect_name != "postgresql":
+        if sql.announce_statement(check_notify_channel(notify_channel)) is None:
             raise DispatcherConfigError(
                 "SAN_JOB_DISPATCHER=pg_notify needs PostgreSQL, but the SAN database is "
                 f"{dialect_name}"

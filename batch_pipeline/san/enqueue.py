@@ -17,70 +17,17 @@ new jobs through the dispatcher: in the transaction (pg_notify) or after commit 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
-from sqlalchemy import Table, case, func, select
+from sqlalchemy import case, func, select
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.sql.elements import ColumnElement
 
-from batch_pipeline.san.database import WriteLimits, write_transaction
-from batch_pipeline.san.dialects import dialect
+from batch_pipeline.san.database import write_transaction
+from batch_pipeline.san.dialects import dialect, named_rows
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
-from batch_pipeline.san.schema import PENDING, holds_its_target, jobs
-
-
-class EnqueueRequest(NamedTuple):
-    """One job to enqueue. (A NamedTuple, as NewJob: a run builds tens of thousands.)"""
-
-    target_id: int
-    retry_of_job_id: int | None = None
-
-
-@dataclass(frozen=True)
-class Eligibility:
-    """A write-time re-check: each target must still be a row of `table` matching `predicate`
-    (e.g. a scrap still without a card). Targets that no longer match get no job."""
-
-    table: Table
-    predicate: ColumnElement
-
-
-@dataclass(frozen=True)
-class JobSource:
-    """Where one batch's job requests come from: either `requests` (targets of `job_type` by
-    id, re-checked with `eligibility`), or rows this batch writes first, whose RETURNING rows
-    are the targets: `statement` (a data-modifying statement with RETURNING, e.g. the ghosts it
-    closes) or `inserts` (a table and `insert_rows` arguments, e.g. the summaries it creates;
-    each dialect builds the insert its own way).
-
-    For rows: `returned` names their columns, which come back in `EnqueueOutcome.source_rows`;
-    `job_type` is one job type for every row (else the rows' `job_type` column);
-    `retry_of_column` names the job each new job retries; `closes_active_jobs` says the rows
-    were active jobs in the statement's snapshot (the ghosts it closes); `creates_targets` says
-    the targets are new, so no job exists for them yet.
-    """
-
-    job_type: str | None = None
-    requests: Sequence[EnqueueRequest] = ()
-    eligibility: Eligibility | None = None
-    statement: Any = None
-    inserts: tuple[Table, dict] | None = None
-    returned: tuple[str, ...] = ()
-    target_column: str = "target_id"
-    retry_of_column: str | None = None
-    closes_active_jobs: bool = False
-    creates_targets: bool = False
-
-    @property
-    def from_rows(self) -> bool:
-        return self.statement is not None or self.inserts is not None
-
-    def write_rows(self, conn: Connection) -> list[dict]:
-        """The portable form of a rows source: run it, its rows by name."""
-        if self.inserts is not None:
-            table, values = self.inserts
-            return dialect(conn).insert_rows(conn, table, **values)
-        return [dict(row) for row in conn.execute(self.statement).mappings()]
+from batch_pipeline.san.job_source import Eligibility, EnqueueRequest, JobSource
+from batch_pipeline.san.limits import WriteLimits
+from batch_pipeline.san.tables import PENDING, holds_its_target, jobs
 
 
 @dataclass
@@ -114,9 +61,9 @@ def enqueue(
     the new jobs itself and says so in `announced`."""
     if not source.from_rows and not source.requests:
         return EnqueueOutcome()
-    sql = dialect(conn)
-    if sql.can_fuse(conn, source):
-        fused = sql.enqueue_fused(
+    fused_enqueue = dialect(conn).fused_enqueue(conn, source)
+    if fused_enqueue is not None:
+        fused = fused_enqueue(
             conn, source, now=now, max_attempts=max_attempts, notify_channel=notify_channel
         )
         return EnqueueOutcome(
@@ -167,6 +114,14 @@ def attempts_and_active(conn: Connection, job_type: str, target_ids: Sequence[in
     )
 
 
+def _write_source_rows(conn: Connection, source: JobSource) -> list[dict]:
+    """The portable form of a rows source: run it, its rows by name."""
+    if source.inserts is not None:
+        table, values = source.inserts
+        return dialect(conn).insert_rows(conn, table, **values)
+    return [dict(row) for row in conn.execute(source.statement).mappings()]
+
+
 def _requests_by_type(
     conn: Connection, source: JobSource
 ) -> tuple[dict[str, dict[int, EnqueueRequest]], list[dict]]:
@@ -177,7 +132,7 @@ def _requests_by_type(
         for request in source.requests:
             unique.setdefault(int(request.target_id), request)
         return {source.job_type: unique}, []
-    rows = source.write_rows(conn)
+    rows = _write_source_rows(conn, source)
     by_type: dict[str, dict[int, EnqueueRequest]] = {}
     for row in rows:
         target = int(row[source.target_column])
@@ -213,8 +168,9 @@ def _enqueue_portably(
             else {
                 # one fetch for the whole batch, the driver's own rows where it can (plain_rows)
                 target_id: (attempts, active)
-                for target_id, attempts, active in dialect(conn).plain_rows(
-                    conn.execute(attempts_and_active(conn, job_type, list(unique)))
+                for target_id, attempts, active in named_rows(
+                    conn.execute(attempts_and_active(conn, job_type, list(unique))),
+                    ("target_id", "attempts", "active"),
                 )
             }
         )

@@ -12,7 +12,8 @@ from sqlalchemy import case, literal
 from sqlalchemy.engine import Result
 from sqlalchemy.sql.elements import ColumnElement
 
-from batch_pipeline.san.dialects import dialect
+from batch_pipeline.san.dialects import named_rows
+from batch_pipeline.san.tables import Timestamp
 
 # The instants a frame's datetime64[ns] column can hold. SAN's rows hold others (a worker's zero
 # time, year 1; '-infinity'; 1500-01-01) that SQL judges fine but pandas cannot represent.
@@ -34,8 +35,6 @@ def frame_instant(column: ColumnElement) -> ColumnElement:
     """`column` as a detection selects it into a frame: clamped to what a frame can hold, so one
     row with an out-of-range timestamp cannot stop detection (the row is judged by SQL on its
     real value; only the copy in the frame is clamped)."""
-    from batch_pipeline.san.schema import Timestamp  # schema imports nothing of this module's
-
     low, high = literal(FRAME_MIN, Timestamp), literal(FRAME_MAX, Timestamp)
     return case((column < low, low), (column > high, high), else_=column)
 
@@ -59,18 +58,16 @@ class FrameSchema:
             )
 
     def from_rows(self, rows: Iterable) -> pd.DataFrame:
-        """Build a frame of exactly the declared columns and dtypes (also when empty).
+        """Build a frame of exactly the declared columns and dtypes (also when empty), from a
+        query result whose columns are the declared ones, by name and in order (checked once), or
+        from rows of tuples in that order.
 
         Database timestamps arrive aware (PostgreSQL) or naive UTC (SQLite); both become UTC.
         """
         # One fetch of plain tuples, then one typed column at a time: no per-row Row objects
         # and no dtype inference over Python objects (docs/benchmarks.md, "Figures behind the
         # code").
-        rows = (
-            dialect(rows.context.root_connection).plain_rows(rows)
-            if isinstance(rows, Result)
-            else list(rows)
-        )
+        rows = named_rows(rows, tuple(self.columns)) if isinstance(rows, Result) else list(rows)
         values = list(zip(*rows, strict=True)) if rows else [()] * len(self.columns)
         return pd.DataFrame(
             {

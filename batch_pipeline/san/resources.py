@@ -7,7 +7,6 @@ from sqlalchemy.engine import Engine
 
 from batch_pipeline.san.database import (
     SanConnectionError,
-    WriteLimits,
     check_connection,
     create_san_engine,
     embedded_database_url,
@@ -21,6 +20,7 @@ from batch_pipeline.san.dispatch import (
     DispatcherConfigError,
     build_dispatcher,
 )
+from batch_pipeline.san.limits import WriteLimits
 from batch_pipeline.san.schema import SanSchemaError, verify_schema
 
 

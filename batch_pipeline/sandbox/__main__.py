@@ -33,8 +33,21 @@ from batch_pipeline.san.database import (
     embedded_database_url,
     redacted,
 )
-from batch_pipeline.sandbox.app_schema import NotASandbox
+from batch_pipeline.san.dispatch import build_dispatcher
+from batch_pipeline.sandbox.app import save_scraps
+from batch_pipeline.sandbox.app_schema import NotASandbox, init_sandbox, require_sandbox
+from batch_pipeline.sandbox.convergence import run_convergence
+from batch_pipeline.sandbox.demo import seed_demo_state
 from batch_pipeline.sandbox.faults import Faults
+from batch_pipeline.sandbox.live import LIVE_FAULTS, LIVE_RECOVERY_CRON, LiveSettings, run_live
+from batch_pipeline.sandbox.pool import WorkerPool, WorkerSettings
+from batch_pipeline.sandbox.scratch import scratch_database
+from batch_pipeline.sandbox.time_to_heal import (
+    TIME_TO_HEAL_FAULTS,
+    ExperimentSettings,
+    run_experiment,
+)
+from batch_pipeline.sandbox.time_travel import age_database
 
 FAULT_FLAGS = {
     "event_lost": "--event-lost",
@@ -68,7 +81,6 @@ def faults_from(args) -> Faults:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from batch_pipeline.sandbox.live import LIVE_FAULTS
 
     parser = argparse.ArgumentParser(
         prog="python -m batch_pipeline.sandbox",
@@ -143,7 +155,6 @@ def build_parser() -> argparse.ArgumentParser:
     heal.add_argument(
         "--grace-minutes", type=int, default=2, help="the lane's orphan_min_age_minutes"
     )
-    from batch_pipeline.sandbox.time_to_heal import TIME_TO_HEAL_FAULTS
 
     add_fault_flags(heal, TIME_TO_HEAL_FAULTS)
     heal.add_argument(
@@ -188,9 +199,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_command(args, faults: Faults | None) -> int:
-    from batch_pipeline.san.dispatch import build_dispatcher
-    from batch_pipeline.sandbox.app import save_scraps
-    from batch_pipeline.sandbox.app_schema import init_sandbox, require_sandbox
 
     if args.command == "converge":
         return converge(args, faults)
@@ -203,8 +211,6 @@ def run_command(args, faults: Faults | None) -> int:
     if args.command == "seed-demo" or (
         args.command == "live" and args.database_url == embedded_database_url()
     ):
-        from batch_pipeline.sandbox.demo import seed_demo_state
-
         made = seed_demo_state(engine)  # the embedded default: created and seeded on first use
         if args.command == "seed-demo":
             print(f"{where}: demo state {'seeded: ' + str(made) if made else 'already present'}")
@@ -225,21 +231,15 @@ def run_command(args, faults: Faults | None) -> int:
             f"{report.poison} poison)"
         )
     elif args.command == "work":
-        from batch_pipeline.sandbox.pool import WorkerPool, WorkerSettings
-
         kind = build_dispatcher(args.dispatcher, engine.dialect.name, "").kind
         settings = WorkerSettings(args.database_url, kind, faults, backlog=args.backlog)
         with WorkerPool(settings, args.workers) as pool:
             stats = pool.drain(idle_s=args.idle_seconds)
         print(f"{where}: {stats.as_dict() | {'lost_job_ids': len(stats.lost_job_ids)}}")
     elif args.command == "age":
-        from batch_pipeline.sandbox.time_travel import age_database
-
         age_database(engine, timedelta(hours=args.hours))
         print(f"{where}: every timestamp moved back {args.hours} h")
     elif args.command == "live":
-        from batch_pipeline.sandbox.live import LiveSettings, run_live
-
         print(f"sandbox: a living SAN at {where} (Ctrl-C stops it)", flush=True)
         run_live(
             engine,
@@ -255,8 +255,6 @@ def run_command(args, faults: Faults | None) -> int:
 
 
 def converge(args, faults: Faults) -> int:
-    from batch_pipeline.sandbox.convergence import run_convergence
-    from batch_pipeline.sandbox.scratch import scratch_database
 
     with scratch_database(args.server_url) as url:
         result = run_convergence(
@@ -289,13 +287,6 @@ def converge(args, faults: Faults) -> int:
 
 
 def time_to_heal(args, faults: Faults) -> int:
-    from batch_pipeline.sandbox.app_schema import init_sandbox
-    from batch_pipeline.sandbox.scratch import scratch_database
-    from batch_pipeline.sandbox.time_to_heal import (
-        TIME_TO_HEAL_FAULTS,
-        ExperimentSettings,
-        run_experiment,
-    )
 
     faults = faults.model_copy(
         update={"first_attempts_only": TIME_TO_HEAL_FAULTS.first_attempts_only}
@@ -407,8 +398,6 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
     command = [dagster, "dev", *(dagster_args or ["--host", "127.0.0.1", "--port", "3000"])]
     sandbox = None
     if not os.environ.get("SAN_DATABASE_URL"):
-        from batch_pipeline.sandbox.demo import seed_demo_state
-
         engine = create_san_engine(embedded_database_url())
         try:
             seed_demo_state(engine)  # create and seed the embedded default first
@@ -429,8 +418,6 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
     # the daemon, the code servers): SIGTERM (systemd, Docker, CI) as much as Ctrl-C.
     command, cwd, env = dagster_dev(command)
     if sandbox is not None and not env.get("SAN_RECOVERY_CRON"):
-        from batch_pipeline.sandbox.live import LIVE_RECOVERY_CRON
-
         env["SAN_RECOVERY_CRON"] = (
             LIVE_RECOVERY_CRON  # recovery keeps up with the sandbox's fast clock
         )

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 
 from batch_pipeline.san.database import utc_now
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
-from batch_pipeline.san.schema import CARD_ANALYSIS, PENDING, SCRAP_REFINE, jobs
+from batch_pipeline.san.tables import CARD_ANALYSIS, PENDING, SCRAP_REFINE, jobs
 from batch_pipeline.sandbox.ai import POISON_MARKER
 from batch_pipeline.sandbox.app_schema import (
     SANDBOX_NICKNAME,

@@ -36,7 +36,8 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.san.database import redacted, utc_now
-from batch_pipeline.san.schema import Id, Timestamp
+from batch_pipeline.san.schema import create_recommended_indexes
+from batch_pipeline.san.tables import Id, Timestamp
 
 # The SAN application's own DDL on PostgreSQL, a copy of ../shared/san_app_schema.sql (a test
 # keeps the two equal): what a real SAN database looks like, for tests and the benchmark.
@@ -194,7 +195,5 @@ def init_sandbox(engine: Engine, recommended_indexes: bool = True) -> bool:
         finally:
             raw.close()
     if recommended_indexes:
-        from batch_pipeline.san.schema import create_recommended_indexes
-
         create_recommended_indexes(engine)
     return True

@@ -20,6 +20,7 @@ from dagster import AssetKey, DagsterInstance
 from sqlalchemy import and_, exists, func, select, text
 from sqlalchemy.engine import Connection, Engine
 
+from batch_pipeline.definitions import defs
 from batch_pipeline.recovery import ghost_jobs
 from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.recovery.registry import AREAS, RECOVERIES
@@ -27,7 +28,8 @@ from batch_pipeline.recovery.targets import has_active_job
 from batch_pipeline.recovery.unwritten_tils import UNWRITTEN_TILS
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.dispatch import build_dispatcher
-from batch_pipeline.san.schema import (
+from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
+from batch_pipeline.san.tables import (
     ACTIVE_STATUSES,
     CARD_ANALYSIS,
     COMPLETED,
@@ -227,8 +229,6 @@ def job_ids_snapshot(engine: Engine) -> tuple[int, set[int]]:
 
 # -- the pipeline, as Dagster runs it --------------------------------------------------------
 def run_recovery(url: str, dispatcher: str, instance: DagsterInstance, max_attempts: int):
-    from batch_pipeline.definitions import defs
-    from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 
     result = defs.resolve_job_def("recovery_job").execute_in_process(
         run_config={
@@ -246,8 +246,6 @@ def run_recovery(url: str, dispatcher: str, instance: DagsterInstance, max_attem
 
 
 def run_til_partition(url: str, dispatcher: str, instance: DagsterInstance, day: date):
-    from batch_pipeline.definitions import defs
-    from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 
     result = defs.resolve_job_def("til_auto_generation_job").execute_in_process(
         partition_key=day.isoformat(),

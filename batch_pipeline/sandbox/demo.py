@@ -9,14 +9,14 @@ from sqlalchemy import insert, select, text
 from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.san.database import utc_now
-from batch_pipeline.san.schema import (
+from batch_pipeline.san.schema import create_recommended_indexes
+from batch_pipeline.san.tables import (
     CARD_ANALYSIS,
     COMPLETED,
     FAILED,
     PENDING,
     PROCESSING,
     SCRAP_REFINE,
-    create_recommended_indexes,
     jobs,
     metadata,
     scraps,

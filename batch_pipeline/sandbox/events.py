@@ -14,6 +14,7 @@ import json
 import os
 import time
 
+import redis
 from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 
@@ -23,7 +24,7 @@ from batch_pipeline.san.dispatch import (
     REDIS_STREAM,
     check_notify_channel,
 )
-from batch_pipeline.san.schema import PENDING, jobs
+from batch_pipeline.san.tables import PENDING, jobs
 
 CONSUMER_GROUP = "san-workers"
 
@@ -61,7 +62,6 @@ class PgNotifyEvents(JobEvents):
 
 class RedisStreamEvents(JobEvents):
     def __init__(self, redis_url: str, consumer: str, stream: str = REDIS_STREAM):
-        import redis
 
         self.stream, self.consumer = stream, consumer
         self._redis = redis.Redis.from_url(redis_url)
@@ -90,7 +90,6 @@ class RedisStreamEvents(JobEvents):
 
 def ensure_consumer_group(client, stream: str = REDIS_STREAM) -> None:
     """Create the workers' group (at the stream's end) unless it exists: call before announcing."""
-    import redis
 
     try:
         client.xgroup_create(stream, CONSUMER_GROUP, id="$", mkstream=True)

@@ -8,8 +8,10 @@ and waits for all of them: a test's "work" phase. Between phases the workers kee
 import multiprocessing
 from dataclasses import dataclass
 
+from batch_pipeline.san.database import create_san_engine
+from batch_pipeline.sandbox.events import open_job_events
 from batch_pipeline.sandbox.faults import Faults
-from batch_pipeline.sandbox.worker import WorkerStats
+from batch_pipeline.sandbox.worker import ReferenceWorker, WorkerStats
 
 
 @dataclass(frozen=True)
@@ -24,9 +26,6 @@ class WorkerSettings:
 
 
 def build_worker(settings: WorkerSettings, name: str):
-    from batch_pipeline.san.database import create_san_engine
-    from batch_pipeline.sandbox.events import open_job_events
-    from batch_pipeline.sandbox.worker import ReferenceWorker
 
     engine = create_san_engine(settings.database_url)
     events = open_job_events(

@@ -24,12 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+from dagster import AssetKey, DagsterInstance, RunsFilter
 from sqlalchemy import and_, func, select
 from sqlalchemy.engine import Engine
 
+from batch_pipeline.fast_lane.sensors import FOUND_TAG
 from batch_pipeline.san.database import redacted
 from batch_pipeline.san.dispatch import PgNotifyDispatcher
-from batch_pipeline.san.schema import ACTIVE_STATUSES, CARD_ANALYSIS, SCRAP_REFINE, jobs
+from batch_pipeline.san.tables import ACTIVE_STATUSES, CARD_ANALYSIS, SCRAP_REFINE, jobs
 from batch_pipeline.sandbox.app import LoadReport, save_scraps
 from batch_pipeline.sandbox.app_schema import app_knowledge_cards, app_scraps
 from batch_pipeline.sandbox.events import PgNotifyEvents
@@ -301,9 +303,6 @@ class LaneRuns:
 
 def fast_heal_runs(home: Path) -> LaneRuns:
     """The fast_heal_job runs of the experiment's instance, from their tags and materializations."""
-    from dagster import AssetKey, DagsterInstance, RunsFilter
-
-    from batch_pipeline.fast_lane.sensors import FOUND_TAG
 
     with DagsterInstance.from_config(str(home)) as instance:
         records = instance.get_run_records(RunsFilter(job_name="fast_heal_job"))

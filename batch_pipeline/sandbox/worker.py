@@ -24,10 +24,12 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import date
 
 from sqlalchemy import and_, exists, select, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.san.database import utc_now
-from batch_pipeline.san.schema import (
+from batch_pipeline.san.tables import (
     CARD_ANALYSIS,
     COMPLETED,
     FAILED,
@@ -102,12 +104,13 @@ def finish_job(conn: Connection, job_id: int, status: str, now, error: str | Non
     return result.rowcount == 1
 
 
+# Each dialect's INSERT with ON CONFLICT (the app's own SQL, which the sandbox plays).
+INSERT_OR_IGNORE = {"postgresql": postgresql_insert, "sqlite": sqlite_insert}
+
+
 def insert_or_ignore(conn: Connection, table, values: dict, unique_column: str) -> bool:
     """INSERT … ON CONFLICT DO NOTHING; True if the row was inserted."""
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
+    insert = INSERT_OR_IGNORE[conn.dialect.name]
     statement = (
         insert(table).values(**values).on_conflict_do_nothing(index_elements=[unique_column])
     )

@@ -22,12 +22,14 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.san.audit import capped_ids
-from batch_pipeline.san.database import WriteLimits
-from batch_pipeline.san.dialects import dialect
+from batch_pipeline.san.database import read_transaction
+from batch_pipeline.san.dialects import dialect, named_rows
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
-from batch_pipeline.san.enqueue import BatchWritten, JobSource, enqueue, run_in_batches
+from batch_pipeline.san.enqueue import BatchWritten, enqueue, run_in_batches
 from batch_pipeline.san.frames import INT, FrameSchema
-from batch_pipeline.san.schema import (
+from batch_pipeline.san.job_source import JobSource
+from batch_pipeline.san.limits import WriteLimits
+from batch_pipeline.san.tables import (
     TIL_GENERATION,
     daily_summaries,
     jobs,
@@ -91,11 +93,14 @@ class SummariesOfDay:
 
 def summaries_of_day(conn: Connection, day: date, run_started_at: datetime) -> SummariesOfDay:
     this_run = (daily_summaries.c.created_at == run_started_at).label("this_run")
-    rows = conn.execute(
-        select(daily_summaries.c.user_id, daily_summaries.c.id, this_run).where(
-            daily_summaries.c.target_date == day
-        )
-    ).all()
+    rows = named_rows(
+        conn.execute(
+            select(daily_summaries.c.user_id, daily_summaries.c.id, this_run).where(
+                daily_summaries.c.target_date == day
+            )
+        ),
+        ("user_id", "id", "this_run"),
+    )
     return SummariesOfDay(
         done_in_run={user: summary for user, summary, ours in rows if ours},
         users_with_an_earlier_til={user for user, _summary, ours in rows if not ours},
@@ -250,7 +255,7 @@ def create_daily_tils(
     done: dict[int, int] = {}
     earlier_jobs: list[int] = []
     if earlier_attempt_possible or count_earlier_tils:
-        with engine.connect() as conn:
+        with read_transaction(engine, limits) as conn:
             there = summaries_of_day(conn, day, run_started_at)
             if earlier_attempt_possible:
                 done = there.done_in_run

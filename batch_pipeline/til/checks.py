@@ -15,7 +15,7 @@ from sqlalchemy import and_, select
 
 from batch_pipeline.san.database import database_now, read_transaction
 from batch_pipeline.san.resources import SanDatabase
-from batch_pipeline.san.schema import daily_summaries
+from batch_pipeline.san.tables import daily_summaries
 from batch_pipeline.til.auto_generation import AREA, day_bounds, detect_users_of_day
 
 TIL_WAIT_LIMIT = timedelta(hours=2)

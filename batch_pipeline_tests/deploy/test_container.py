@@ -15,7 +15,7 @@ import pytest
 from dagster import AssetKey, DagsterInstance
 
 from batch_pipeline.recovery.assets import recovery_run_config
-from batch_pipeline.san.schema import CARD_ANALYSIS, FAILED, PENDING
+from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
 from batch_pipeline_tests.operations.test_production_instance import BIN, ROOT, start, stop
 from batch_pipeline_tests.processes import free_port, launch_through_webserver, serving, wait_for
 

@@ -23,7 +23,8 @@ from batch_pipeline.fast_lane.rules import LaneWindow
 from batch_pipeline.fast_lane.sensors import FOUND_TAG, fast_heal_sensor, run_config
 from batch_pipeline.recovery.config import RecoveryConfig
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
-from batch_pipeline.san.schema import CARD_ANALYSIS, FAILED, PENDING, create_recommended_indexes
+from batch_pipeline.san.schema import create_recommended_indexes
+from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
 from batch_pipeline_tests.conftest import job_notifications
 from batch_pipeline_tests.recovery.test_jobs import latest_metadata, run_recovery
 

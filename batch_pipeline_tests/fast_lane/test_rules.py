@@ -26,7 +26,7 @@ from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
 from batch_pipeline.recovery.unwritten_tils import UNWRITTEN_TILS
 from batch_pipeline.san.dispatch import Dispatcher, PgNotifyDispatcher
-from batch_pipeline.san.schema import (
+from batch_pipeline.san.tables import (
     CARD_ANALYSIS,
     FAILED,
     PENDING,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-from batch_pipeline.san.schema import CARD_ANALYSIS, FAILED, PENDING
+from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
 from batch_pipeline_tests.processes import free_port, serving, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,13 +10,8 @@ from sqlalchemy.exc import OperationalError
 from batch_pipeline.recovery import checks, ghost_jobs
 from batch_pipeline.recovery.registry import AREAS
 from batch_pipeline.san.database import read_transaction, utc_now
-from batch_pipeline.san.schema import (
-    CARD_ANALYSIS,
-    FAILED,
-    PENDING,
-    PROCESSING,
-    create_recommended_indexes,
-)
+from batch_pipeline.san.schema import create_recommended_indexes
+from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING, PROCESSING
 from batch_pipeline_tests.recovery.test_jobs import run_recovery
 
 

@@ -16,7 +16,7 @@ from batch_pipeline.recovery.ghost_jobs import (
 from batch_pipeline.recovery.plan import RecoveryPolicy
 from batch_pipeline.san.dialects.postgresql import has_target_index
 from batch_pipeline.san.dispatch import Dispatcher
-from batch_pipeline.san.schema import (
+from batch_pipeline.san.tables import (
     CARD_ANALYSIS,
     COMPLETED,
     FAILED,

@@ -14,7 +14,7 @@ from batch_pipeline.recovery.registry import AREAS
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
-from batch_pipeline.san.schema import (
+from batch_pipeline.san.tables import (
     CARD_ANALYSIS,
     FAILED,
     PENDING,

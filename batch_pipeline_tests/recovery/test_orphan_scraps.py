@@ -9,7 +9,7 @@ from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
 from batch_pipeline.recovery.targets import detect_targets, recover_targets
 from batch_pipeline.san.dialects.postgresql import has_target_index
 from batch_pipeline.san.dispatch import Dispatcher
-from batch_pipeline.san.schema import CARD_ANALYSIS
+from batch_pipeline.san.tables import CARD_ANALYSIS
 from batch_pipeline_tests.conftest import PG_WRITE_PATHS, san_database_on_path
 
 

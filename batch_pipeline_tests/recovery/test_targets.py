@@ -18,7 +18,7 @@ from batch_pipeline.recovery.targets import (
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
 from batch_pipeline.recovery.unwritten_tils import UNWRITTEN_TILS
 from batch_pipeline.san.dispatch import Dispatcher
-from batch_pipeline.san.schema import COMPLETED, FAILED, PENDING, PROCESSING
+from batch_pipeline.san.tables import COMPLETED, FAILED, PENDING, PROCESSING
 
 TARGET_RECOVERIES = [recovery for recovery in RECOVERIES if isinstance(recovery, TargetRecovery)]
 RULES = pytest.mark.parametrize("rule", TARGET_RECOVERIES, ids=[r.name for r in TARGET_RECOVERIES])

@@ -6,7 +6,7 @@ from sqlalchemy import update
 from batch_pipeline.recovery.targets import detect_targets, recover_targets
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
 from batch_pipeline.san.dispatch import Dispatcher
-from batch_pipeline.san.schema import SCRAP_REFINE, scraps
+from batch_pipeline.san.tables import SCRAP_REFINE, scraps
 
 
 def test_only_scraps_without_refined_content_are_unrefined(san_db):

@@ -7,7 +7,7 @@ from sqlalchemy import update
 from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE, detect_targets, recover_targets
 from batch_pipeline.recovery.unwritten_tils import UNWRITTEN_TILS
 from batch_pipeline.san.dispatch import Dispatcher
-from batch_pipeline.san.schema import COMPLETED, FAILED, PENDING, TIL_GENERATION, daily_summaries
+from batch_pipeline.san.tables import COMPLETED, FAILED, PENDING, TIL_GENERATION, daily_summaries
 from batch_pipeline_tests.recovery.test_jobs import latest_metadata, run_recovery
 
 

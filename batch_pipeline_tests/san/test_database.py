@@ -13,18 +13,15 @@ from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
 from batch_pipeline.recovery.targets import detect_targets
 from batch_pipeline.san.database import (
     SanConnectionError,
-    WriteLimits,
     check_connection,
     create_san_engine,
     database_now,
     read_transaction,
     write_transaction,
 )
-from batch_pipeline.san.schema import (
-    SanSchemaError,
-    scraps,
-    verify_schema,
-)
+from batch_pipeline.san.limits import WriteLimits
+from batch_pipeline.san.schema import SanSchemaError, verify_schema
+from batch_pipeline.san.tables import scraps
 from batch_pipeline_tests.conftest import APP_DDL, PgSchema
 
 SHARED_DDL = Path(__file__).resolve().parents[3] / "shared" / "san_app_schema.sql"
@@ -90,20 +87,32 @@ def test_bundled_app_ddl_is_the_shared_one():
     assert APP_DDL.read_text() == SHARED_DDL.read_text()
 
 
+def session_default(engine, name: str) -> str:
+    """A setting as the session has it outside batch_pipeline's transactions (the driver's own
+    connection, no SQLAlchemy transaction and so no `begin` event)."""
+    raw = engine.raw_connection()
+    try:
+        with raw.driver_connection.cursor() as cursor:
+            value = cursor.execute(f"SHOW {name}").fetchone()[0]
+        raw.driver_connection.rollback()
+        return value
+    finally:
+        raw.close()
+
+
 def test_every_transaction_bounds_its_waits_turns_jit_off_and_reads_in_utc_for_itself_only(pg_db):
     limits = WriteLimits(lock_timeout_ms=1234, statement_timeout_ms=56789)
+    names = ("lock_timeout", "statement_timeout", "jit", "timezone", "datestyle")
     for transaction in (read_transaction, write_transaction):
         with transaction(pg_db.engine, limits) as conn:
-            settings = [
-                conn.execute(text(f"SHOW {name}")).scalar()
-                for name in ("lock_timeout", "statement_timeout", "jit", "timezone")
-            ]
-            assert settings == ["1234ms", "56789ms", "off", "UTC"]
-            session = conn.connection.dbapi_connection
-        # transaction-local: the pooled session is back to its defaults
-        with pg_db.engine.connect() as conn:
-            assert conn.connection.dbapi_connection is session
-            assert conn.execute(text("SHOW lock_timeout")).scalar() == "0"
+            settings = [conn.execute(text(f"SHOW {name}")).scalar() for name in names]
+            assert settings == ["1234ms", "56789ms", "off", "UTC", "ISO, MDY"]
+    # any other transaction (a plain connect) has the default bounds and the read settings too
+    with pg_db.engine.connect() as conn:
+        settings = [conn.execute(text(f"SHOW {name}")).scalar() for name in names]
+        assert settings == ["5s", "2min", "off", "UTC", "ISO, MDY"]
+    # transaction-local: the pooled session itself keeps its defaults
+    assert session_default(pg_db.engine, "lock_timeout") == "0"
 
 
 def test_a_libpq_password_parameter_is_redacted_like_the_password_itself():
@@ -174,8 +183,7 @@ def test_timestamps_come_back_in_utc_whatever_the_sessions_time_zone(pg_db):
     saved = pg_db.ago(hours=3)
     scrap = pg_db.scrap(pg_db.user(), created_at=saved)
     try:
-        with seoul.connect() as conn:
-            assert conn.execute(text("SHOW timezone")).scalar() == "Asia/Seoul"
+        assert session_default(seoul, "timezone") == "Asia/Seoul"
         with read_transaction(seoul) as conn:
             stored = conn.execute(
                 select(scraps.c.created_at).where(scraps.c.id == scrap)

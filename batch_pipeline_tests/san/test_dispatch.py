@@ -15,8 +15,9 @@ from batch_pipeline.san.dispatch import (
     RedisStreamDispatcher,
     build_dispatcher,
 )
-from batch_pipeline.san.enqueue import BatchWritten, EnqueueRequest, enqueue_jobs, run_in_batches
-from batch_pipeline.san.schema import CARD_ANALYSIS
+from batch_pipeline.san.enqueue import BatchWritten, enqueue_jobs, run_in_batches
+from batch_pipeline.san.job_source import EnqueueRequest
+from batch_pipeline.san.tables import CARD_ANALYSIS
 from batch_pipeline_tests.conftest import PG_WRITE_PATHS, job_notifications, san_database_on_path
 
 REDIS_URL = "redis://127.0.0.1:6379/0"

@@ -8,15 +8,16 @@ import pytest
 from sqlalchemy import text
 
 from batch_pipeline.san.database import write_transaction
-from batch_pipeline.san.enqueue import Eligibility, EnqueueRequest, enqueue_jobs
-from batch_pipeline.san.schema import (
+from batch_pipeline.san.enqueue import enqueue_jobs
+from batch_pipeline.san.job_source import Eligibility, EnqueueRequest
+from batch_pipeline.san.schema import app_guarantee_statement
+from batch_pipeline.san.tables import (
     CARD_ANALYSIS,
     COMPLETED,
     FAILED,
     PENDING,
     PROCESSING,
     SCRAP_REFINE,
-    app_guarantee_statement,
     scraps,
 )
 from batch_pipeline_tests.conftest import PG_WRITE_PATHS, WRITE_PATHS, san_database_on_path

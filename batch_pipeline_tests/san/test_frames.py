@@ -6,7 +6,7 @@ from sqlalchemy import select
 
 from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.frames import INT, UTC_DATETIME, FrameSchema
-from batch_pipeline.san.schema import scraps
+from batch_pipeline.san.tables import scraps
 
 SCRAPS = FrameSchema(
     "Scraps", "scraps by id", {"id": INT, "user_id": INT, "created_at": UTC_DATETIME}

@@ -3,12 +3,8 @@ dropped once its replacement exists, and pointed out until then."""
 
 from sqlalchemy import inspect, text
 
-from batch_pipeline.san.schema import (
-    RECOMMENDED_INDEXES,
-    SUPERSEDED_INDEXES,
-    create_recommended_indexes,
-    index_advice,
-)
+from batch_pipeline.san.indexes import RECOMMENDED_INDEXES, SUPERSEDED_INDEXES
+from batch_pipeline.san.schema import create_recommended_indexes, index_advice
 
 EARLIER_UNREFINED_INDEX = (
     "CREATE INDEX ix_san_scraps_unrefined ON scraps (created_at) WHERE refined_content IS NULL"

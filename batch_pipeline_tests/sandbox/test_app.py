@@ -8,7 +8,7 @@ from sqlalchemy import select
 
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.dispatch import Dispatcher, PgNotifyDispatcher, RedisStreamDispatcher
-from batch_pipeline.san.schema import (
+from batch_pipeline.san.tables import (
     CARD_ANALYSIS,
     COMPLETED,
     PENDING,

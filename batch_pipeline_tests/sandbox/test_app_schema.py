@@ -3,7 +3,7 @@
 import pytest
 from sqlalchemy import inspect, text
 
-from batch_pipeline.san.schema import scraps
+from batch_pipeline.san.tables import scraps
 from batch_pipeline.sandbox.__main__ import main
 from batch_pipeline.sandbox.app_schema import SAN_TABLES, NotASandbox, init_sandbox, require_sandbox
 from batch_pipeline_tests.conftest import PgSchema
@@ -68,7 +68,7 @@ def test_once_real_users_arrive_every_entry_point_refuses_and_writes_nothing(pg_
     from datetime import timedelta
 
     from batch_pipeline.san.dispatch import Dispatcher
-    from batch_pipeline.san.schema import CARD_ANALYSIS, PENDING
+    from batch_pipeline.san.tables import CARD_ANALYSIS, PENDING
     from batch_pipeline.sandbox.app import save_scraps
     from batch_pipeline.sandbox.demo import seed_demo_state
     from batch_pipeline.sandbox.faults import Faults

@@ -3,7 +3,7 @@
 from sqlalchemy import func, select
 
 from batch_pipeline.san.database import create_san_engine
-from batch_pipeline.san.schema import COMPLETED, PENDING, jobs, scraps
+from batch_pipeline.san.tables import COMPLETED, PENDING, jobs, scraps
 from batch_pipeline.sandbox.__main__ import main
 from batch_pipeline_tests.sandbox.conftest import pg_server_url
 

@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
-from batch_pipeline.san.schema import COMPLETED, FAILED, knowledge_cards
+from batch_pipeline.san.tables import COMPLETED, FAILED, knowledge_cards
 from batch_pipeline.sandbox.app import save_scraps
 from batch_pipeline.sandbox.app_schema import init_sandbox
 from batch_pipeline.sandbox.convergence import DUPLICATE_ACTIVE_JOBS

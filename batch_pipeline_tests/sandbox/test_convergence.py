@@ -4,9 +4,11 @@ On PostgreSQL with 4 worker processes (pg_notify), 2,000 scraps from 200 users a
 fault rates; and a smaller run on SQLite with polling workers. `-s` shows the table per cycle.
 """
 
+from itertools import pairwise
+
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
-from batch_pipeline.san.schema import CARD_ANALYSIS, SCRAP_REFINE
+from batch_pipeline.san.tables import CARD_ANALYSIS, SCRAP_REFINE
 from batch_pipeline.sandbox.convergence import run_convergence
 from batch_pipeline.sandbox.faults import Faults
 
@@ -26,7 +28,7 @@ def assert_converged(result, workers_saw_faults=True):
     # the unmet count falls at least as fast as the failure rate predicts, and never rises
     for cycle in cycles:
         assert cycle.needs_after <= cycle.expected_after * MARGIN + 5, cycle
-    for previous, cycle in zip(cycles, cycles[1:], strict=True):
+    for previous, cycle in pairwise(cycles):
         assert cycle.needs_after <= previous.needs_after, cycle
     assert cycles[0].needs_after > 0  # the faults really struck
 

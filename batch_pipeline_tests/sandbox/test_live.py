@@ -6,7 +6,7 @@ from dagster import DagsterInstance
 from sqlalchemy import func, select
 
 from batch_pipeline.san.resources import SanDatabase
-from batch_pipeline.san.schema import COMPLETED, jobs, scraps
+from batch_pipeline.san.tables import COMPLETED, jobs, scraps
 from batch_pipeline.sandbox.app_schema import NotASandbox
 from batch_pipeline.sandbox.convergence import latest_audit
 from batch_pipeline.sandbox.demo import seed_demo_state

@@ -11,7 +11,7 @@ from dagster import DagsterInstance
 from batch_pipeline.definitions import defs
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
-from batch_pipeline.san.schema import CARD_ANALYSIS, COMPLETED, FAILED, PENDING, knowledge_cards
+from batch_pipeline.san.tables import CARD_ANALYSIS, COMPLETED, FAILED, PENDING, knowledge_cards
 from batch_pipeline.sandbox.app import save_scraps
 from batch_pipeline.sandbox.convergence import latest_audit
 from batch_pipeline.sandbox.events import RedisStreamEvents

@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import select, text
 
 from batch_pipeline.san.dispatch import Dispatcher
-from batch_pipeline.san.schema import scraps
+from batch_pipeline.san.tables import scraps
 from batch_pipeline.sandbox.app import save_scraps
 from batch_pipeline.sandbox.app_schema import SAN_TABLES, TIMESTAMP_COLUMNS, NotASandbox
 from batch_pipeline.sandbox.time_travel import age_database

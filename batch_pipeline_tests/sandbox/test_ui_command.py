@@ -16,7 +16,7 @@ from dagster_graphql import DagsterGraphQLClient
 from sqlalchemy import func, select
 
 from batch_pipeline.san.database import create_san_engine, utc_now
-from batch_pipeline.san.schema import COMPLETED, PENDING, jobs, scraps
+from batch_pipeline.san.tables import COMPLETED, PENDING, jobs, scraps
 from batch_pipeline_tests.processes import free_port, serving, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

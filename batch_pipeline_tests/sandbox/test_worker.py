@@ -10,7 +10,7 @@ from sqlalchemy import insert, select
 from batch_pipeline.recovery.ghost_jobs import GhostRule, detect_ghost_jobs, recover_ghost_jobs
 from batch_pipeline.san.database import utc_now
 from batch_pipeline.san.dispatch import Dispatcher
-from batch_pipeline.san.schema import (
+from batch_pipeline.san.tables import (
     CARD_ANALYSIS,
     COMPLETED,
     FAILED,

@@ -6,7 +6,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from batch_pipeline.san.dispatch import Dispatcher
-from batch_pipeline.san.schema import PENDING, TIL_GENERATION
+from batch_pipeline.san.tables import PENDING, TIL_GENERATION
 from batch_pipeline.til.auto_generation import create_daily_tils, day_bounds, detect_users_of_day
 from batch_pipeline_tests.conftest import DiesOnBatch
 

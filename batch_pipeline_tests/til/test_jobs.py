@@ -11,7 +11,7 @@ from dagster._core.storage.tags import PARENT_RUN_ID_TAG, ROOT_RUN_ID_TAG
 from batch_pipeline.definitions import build_definitions, defs
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
-from batch_pipeline.san.schema import TIL_GENERATION
+from batch_pipeline.san.tables import TIL_GENERATION
 from batch_pipeline_tests.conftest import job_notifications
 
 SEOUL = ZoneInfo("Asia/Seoul")

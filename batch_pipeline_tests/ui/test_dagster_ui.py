@@ -19,7 +19,7 @@ from playwright.sync_api import expect, sync_playwright
 from sqlalchemy import insert
 
 from batch_pipeline.san.database import create_san_engine, utc_now
-from batch_pipeline.san.schema import CARD_ANALYSIS, PENDING, jobs
+from batch_pipeline.san.tables import CARD_ANALYSIS, PENDING, jobs
 from batch_pipeline_tests.processes import free_port, serving, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

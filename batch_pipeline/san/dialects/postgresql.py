@@ -5,22 +5,22 @@
 - the fused enqueue statement: with ix_san_jobs_target, the source of a batch (the ghosts it
   closes, the summaries it creates, or a list of targets), the attempt and active counts, the
   insert and the pg_notify of the new jobs are one statement, its outcome a few arrays;
-- transaction-local settings: bounded lock and statement waits, no JIT, the UTC time zone,
-  planner preferences;
+- transaction-local settings, set at the start of every transaction whatever the entry point
+  (the engine's `begin` event): bounded lock and statement waits, no JIT, and every setting the
+  code reads values with (DateStyle, IntervalStyle, TimeZone, extra_float_digits), so a role's
+  or a database's own defaults cannot change what a value means; planner preferences;
 - the advisory lock that serialises batch_pipeline's own writers.
 
 Numbers behind these choices: docs/benchmarks.md, "Figures behind the code".
 """
 
-from __future__ import annotations
-
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from sqlalchemy import (
     BigInteger,
     Column,
+    DateTime,
     Integer,
     Table,
     Text,
@@ -29,6 +29,7 @@ from sqlalchemy import (
     any_,
     bindparam,
     cast,
+    event,
     exists,
     false,
     func,
@@ -39,19 +40,26 @@ from sqlalchemy import (
     text,
     true,
 )
+from sqlalchemy import (
+    create_engine as sqlalchemy_engine,
+)
 from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.engine import Connection, CursorResult, Result
+from sqlalchemy.engine import Connection, CursorResult, Engine, Result
 from sqlalchemy.engine.cursor import CursorFetchStrategy
+from sqlalchemy.engine.url import URL
+from sqlalchemy.sql import Executable
 from sqlalchemy.sql.elements import ColumnElement
 
-from batch_pipeline.san.schema import PENDING, Timestamp, holds_its_target, jobs
-
-if TYPE_CHECKING:
-    from batch_pipeline.san.database import WriteLimits
-    from batch_pipeline.san.enqueue import JobSource
+from batch_pipeline.san.dialects.interface import FusedEnqueue
+from batch_pipeline.san.indexes import RecommendedIndex
+from batch_pipeline.san.job_source import JobSource
+from batch_pipeline.san.limits import WriteLimits
+from batch_pipeline.san.tables import PENDING, Timestamp, holds_its_target, jobs
 
 NAME = "postgresql"
+URL_BACKENDS = ("postgresql", "postgres")  # postgres://: the name many hosted databases hand out
+DEFAULT_DISPATCHER = "pg_notify"
 
 # One advisory-lock key for every batch_pipeline write transaction (the ASCII of "SANBATCH").
 # Holding it while re-checking and inserting means two overlapping runs can never both decide
@@ -81,25 +89,94 @@ class _BigIntArrayLiteral(TypeDecorator):
 BigIntArray = _BigIntArrayLiteral()
 
 
-# -- transactions ------------------------------------------------------------------------------
-def transaction_settings(conn: Connection, limits: WriteLimits) -> None:
-    """Transaction-local, in one round trip: a table locked by a migration or a busy batch is
-    reported as a timeout, not waited on; no JIT, which compiles SAN-sized queries for longer
-    than they run; and the session's time zone UTC, whatever the server's default, so psycopg
-    hands back timestamps in datetime.timezone.utc, which pandas converts in C, instead of a
-    ZoneInfo (even 'Etc/UTC') that it converts value by value (docs/benchmarks.md, "Figures
-    behind the code"). Every column is timestamptz: the values are the same instants."""
-    conn.execute(
-        text(
-            "SELECT set_config('lock_timeout', :lock, true), set_config('statement_timeout', "
-            ":statement, true), "
-            "set_config('jit', 'off', true), set_config('timezone', 'UTC', true)"
-        ),
-        {
-            "lock": str(int(limits.lock_timeout_ms)),
-            "statement": str(int(limits.statement_timeout_ms)),
-        },
+# -- connecting --------------------------------------------------------------------------------
+def normalise_url(url: URL) -> URL:
+    """postgres:// and postgresql:// (no driver, or psycopg2's) use psycopg 3."""
+    driver = url.drivername.partition("+")[2]  # "": none named (postgres://, postgresql://)
+    return url.set(
+        drivername="postgresql+" + (driver if driver not in ("", "psycopg2") else "psycopg")
     )
+
+
+def create_engine(url: URL) -> Engine:
+    """An engine whose every transaction starts with READ_SETTINGS and the default bounds
+    (the `begin` event: jobs, sensors, `doctor` and the CLI alike). application_name:
+    operators see batch_pipeline's sessions in pg_stat_activity."""
+    engine = sqlalchemy_engine(
+        url,
+        pool_pre_ping=True,
+        connect_args={"connect_timeout": 10, "application_name": "batch_pipeline"},
+    )
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn):
+        conn.exec_driver_sql(_BEGIN_SETTINGS)
+
+    return engine
+
+
+# -- transactions ------------------------------------------------------------------------------
+# The session settings psycopg and the code read values with. A role or database default of
+# DateStyle 'SQL, DMY' makes psycopg refuse every timestamp ("can't parse timestamptz"); UTC
+# makes psycopg hand back datetime.timezone.utc, which pandas converts in C, where a ZoneInfo
+# (even 'Etc/UTC') is converted value by value (docs/benchmarks.md, "Figures behind the code").
+# Every SAN column is timestamptz: the instants are the same whatever the zone.
+READ_SETTINGS = {
+    "datestyle": "ISO, MDY",
+    "intervalstyle": "postgres",
+    "timezone": "UTC",
+    "extra_float_digits": "1",
+    # no JIT: it compiles SAN-sized queries for longer than they run
+    "jit": "off",
+}
+
+
+def _set_locally(settings: Mapping[str, str]) -> str:
+    """One statement setting each of `settings` for the current transaction only (set_config
+    with is_local: a pooler in transaction mode, PgBouncer, is fine)."""
+    return "SELECT " + ", ".join(
+        f"set_config('{name}', '{value}', true)" for name, value in settings.items()
+    )
+
+
+_DEFAULT_LIMITS = WriteLimits()
+_BEGIN_SETTINGS = _set_locally(
+    {
+        **READ_SETTINGS,
+        "lock_timeout": str(_DEFAULT_LIMITS.lock_timeout_ms),
+        "statement_timeout": str(_DEFAULT_LIMITS.statement_timeout_ms),
+    }
+)
+
+
+def transaction_settings(conn: Connection, limits: WriteLimits) -> None:
+    """The transaction's bounds, where they are not the defaults every transaction starts with:
+    a table locked by a migration or a busy batch is reported as a timeout, not waited on."""
+    if limits != _DEFAULT_LIMITS:
+        conn.execute(
+            text(
+                "SELECT set_config('lock_timeout', :lock, true), "
+                "set_config('statement_timeout', :statement, true)"
+            ),
+            {
+                "lock": str(int(limits.lock_timeout_ms)),
+                "statement": str(int(limits.statement_timeout_ms)),
+            },
+        )
+
+
+def session_defaults(conn: Connection) -> dict[str, str]:
+    """What a new session of this role in this database starts with, for the settings that
+    READ_SETTINGS fixes and the ones a write depends on (reset_val: the role's and database's
+    defaults, not this transaction's)."""
+    names = [*READ_SETTINGS, "default_transaction_read_only", "lock_timeout", "statement_timeout"]
+    rows = conn.execute(
+        text(
+            "SELECT name, reset_val FROM pg_settings WHERE lower(name) = ANY(:names) ORDER BY name"
+        ),
+        {"names": names},
+    ).all()
+    return {name: value for name, value in rows}
 
 
 def database_now(conn: Connection) -> datetime:
@@ -176,6 +253,67 @@ def _is_valid(name: str) -> str:
     )
 
 
+def create_index_statement(index: RecommendedIndex) -> str:
+    """CONCURRENTLY: the build does not block the app's writes (it must run outside a
+    transaction: run_index_statements)."""
+    unique = "UNIQUE " if index.unique else ""
+    return f"CREATE {unique}INDEX CONCURRENTLY IF NOT EXISTS {index.name} ON {index.postgresql}"
+
+
+def drop_index_statement(name: str) -> str:
+    return f"DROP INDEX CONCURRENTLY IF EXISTS {name}"
+
+
+def run_index_statements(engine: Engine, statements: Sequence[str]) -> None:
+    """Outside a transaction (CONCURRENTLY needs it), with statement_timeout off for this
+    session: a role's timeout would cancel the build of a big index half-way and leave it
+    INVALID."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("SET statement_timeout = 0"))
+        for statement in statements:
+            conn.execute(text(statement))
+
+
+def column_type_problem(declared: Column, found) -> str | None:
+    """A column batch_pipeline reads as an instant (TIMESTAMPTZ) that the database holds as a
+    wall-clock time (TIMESTAMP WITHOUT TIME ZONE): every age would be off by an offset."""
+    if (
+        isinstance(declared.type, DateTime)
+        and declared.type.timezone
+        and getattr(found, "timezone", True) is False
+    ):
+        return (
+            "is TIMESTAMP WITHOUT TIME ZONE; batch_pipeline needs TIMESTAMPTZ (a naive timestamp "
+            "is read in the session's zone, and every age would be off by its offset)"
+        )
+    return None
+
+
+def missing_privileges(conn: Connection, required: Sequence[tuple[str, str]]) -> list[str]:
+    """Of the (table, privilege) pairs, those this role lacks; and USAGE on the id sequences of
+    the tables it inserts into (a SELECT-only role would pass every other check and fail the
+    first write)."""
+    missing = [
+        f"{action} on {table}"
+        for table, action in required
+        if not conn.execute(
+            text("SELECT has_table_privilege(:table, :action)"), {"table": table, "action": action}
+        ).scalar_one()
+    ]
+    for table in sorted({table for table, action in required if action == "INSERT"}):
+        sequence = conn.execute(
+            text("SELECT pg_get_serial_sequence(:table, 'id')"), {"table": table}
+        ).scalar_one()
+        if (
+            sequence
+            and not conn.execute(
+                text("SELECT has_sequence_privilege(:sequence, 'USAGE')"), {"sequence": sequence}
+            ).scalar_one()
+        ):
+            missing.append(f"USAGE on sequence {sequence}")
+    return missing
+
+
 def has_target_index(conn: Connection) -> bool:
     """Whether ix_san_jobs_target exists and is valid (cached per database connection). The fused
     statement probes it per target; without it that statement would scan the whole jobs table once
@@ -202,10 +340,10 @@ def has_unique_job_index(conn: Connection) -> bool:
     return conn.info["batch_pipeline.has_unique_job_index"]
 
 
-def can_fuse(conn: Connection, source: JobSource) -> bool:
-    """Whether `enqueue_fused` is the faster form for this source: with the target index, or
+def fused_enqueue(conn: Connection, source: JobSource) -> FusedEnqueue | None:
+    """`enqueue_fused` where it is the faster form for this source: with the target index, or
     for targets the statement creates itself (nothing to count, so no index to probe)."""
-    return source.creates_targets or has_target_index(conn)
+    return enqueue_fused if source.creates_targets or has_target_index(conn) else None
 
 
 def plain_rows(result: Result) -> list[tuple]:
@@ -258,9 +396,10 @@ def notify_jobs(channel: str, new_jobs):
     ).scalar_subquery()
 
 
-def notify_job_ids(channel: str):
+def announce_statement(channel: str) -> Executable:
     """For write paths that could not announce in their own statement: pg_notify for the jobs
-    whose ids are bound as `job_ids` (one bigint array), payloads built from the rows."""
+    whose ids are bound as `job_ids` (one bigint array), payloads built from the rows; in the
+    transaction, so delivered exactly when the jobs commit."""
     return select(
         notify_jobs(
             channel,

@@ -7,25 +7,39 @@ write lock at the start of every transaction instead: that serialises batch_pipe
 as PostgreSQL's advisory lock does.
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from pathlib import Path
 
-from sqlalchemy import Integer, Table, cast, event, func, insert, literal, select, text
+from sqlalchemy import Column, Integer, Table, cast, event, func, insert, literal, select, text
+from sqlalchemy import create_engine as sqlalchemy_engine
 from sqlalchemy.engine import Connection, Engine, Result
+from sqlalchemy.engine.url import URL
 from sqlalchemy.sql.elements import ColumnElement
 
-from batch_pipeline.san.schema import Timestamp
-
-if TYPE_CHECKING:
-    from batch_pipeline.san.database import WriteLimits
+from batch_pipeline.san.dialects.interface import FusedEnqueue
+from batch_pipeline.san.indexes import RecommendedIndex
+from batch_pipeline.san.job_source import JobSource
+from batch_pipeline.san.limits import WriteLimits
+from batch_pipeline.san.tables import Timestamp
 
 NAME = "sqlite"
+URL_BACKENDS = ("sqlite",)
+DEFAULT_DISPATCHER = "none"  # no announcements: workers poll
 
 
-def configure_engine(engine: Engine) -> None:
+def normalise_url(url: URL) -> URL:
+    return url
+
+
+def create_engine(url: URL) -> Engine:
+    """An engine on the file (its folder made), waiting up to 30 s for the write lock, every
+    transaction BEGIN IMMEDIATE, foreign keys enforced."""
+    database = url.database
+    if database and database != ":memory:":
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    engine = sqlalchemy_engine(url, connect_args={"timeout": 30})
+
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection, _record):
         dbapi_connection.isolation_level = None
@@ -34,6 +48,8 @@ def configure_engine(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _begin(conn):
         conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
 
 
 def transaction_settings(conn: Connection, limits: WriteLimits) -> None:
@@ -47,8 +63,13 @@ def database_now(conn: Connection) -> datetime:
     return datetime.fromisoformat(value).replace(tzinfo=UTC)
 
 
+def session_defaults(conn: Connection) -> dict[str, str]:
+    """SQLite has no session settings the code depends on."""
+    return {}
+
+
 def take_write_lock(conn: Connection, limits: WriteLimits) -> None:
-    """Nothing to take: BEGIN IMMEDIATE (configure_engine) already holds the write lock."""
+    """Nothing to take: BEGIN IMMEDIATE (create_engine) already holds the write lock."""
 
 
 def prefer_index_plans(conn: Connection, index_names: Sequence[str]) -> None:
@@ -67,8 +88,40 @@ def invalid_indexes(conn: Connection, index_names: Sequence[str]) -> list[str]:
     return []
 
 
-def can_fuse(conn: Connection, source) -> bool:
-    return False  # the fused enqueue statement is PostgreSQL's
+def create_index_statement(index: RecommendedIndex) -> str:
+    unique = "UNIQUE " if index.unique else ""
+    return f"CREATE {unique}INDEX IF NOT EXISTS {index.name} ON {index.sqlite}"
+
+
+def drop_index_statement(name: str) -> str:
+    return f"DROP INDEX IF EXISTS {name}"
+
+
+def run_index_statements(engine: Engine, statements: Sequence[str]) -> None:
+    """In one transaction: SQLite builds an index while holding the write lock anyway."""
+    with engine.begin() as conn:
+        for statement in statements:
+            conn.execute(text(statement))
+
+
+def column_type_problem(declared: Column, found) -> str | None:
+    """SQLite reflects no time zone: it stores what the pipeline writes, UTC text."""
+    return None
+
+
+def missing_privileges(conn: Connection, required: Sequence[tuple[str, str]]) -> list[str]:
+    """SQLite has no privileges: whoever can open the file can write it."""
+    return []
+
+
+def fused_enqueue(conn: Connection, source: JobSource) -> FusedEnqueue | None:
+    """None: the fused enqueue statement is PostgreSQL's; batches take the portable path."""
+    return None
+
+
+def announce_statement(channel: str) -> None:
+    """None: SQLite cannot announce inside a transaction (no pg_notify)."""
+    return None
 
 
 def plain_rows(result: Result) -> list[tuple]:

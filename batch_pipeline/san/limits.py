@@ -1,0 +1,19 @@
+"""Bounds for one transaction and its batch: how many rows, how long a lock or a statement may
+wait. Plain values, depended on by the dialects and everything above them."""
+
+from dataclasses import dataclass
+
+# Rows per write transaction: small enough that a batch holds its locks briefly, large enough
+# that a round trip is amortised (docs/benchmarks.md, "Figures behind the code").
+BATCH_SIZE = 5_000
+LOCK_TIMEOUT_MS = 5_000
+STATEMENT_TIMEOUT_MS = 120_000
+
+
+@dataclass(frozen=True)
+class WriteLimits:
+    """Bounds for one transaction (detection or a write batch), so a locked or busy table is
+    reported, never waited on forever."""
+
+    lock_timeout_ms: int = LOCK_TIMEOUT_MS
+    statement_timeout_ms: int = STATEMENT_TIMEOUT_MS
