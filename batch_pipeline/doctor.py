@@ -7,7 +7,6 @@ it (a check that cannot complete is a finding too, never a traceback); ready (ex
 nothing but warnings is.
 """
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,6 +25,12 @@ from batch_pipeline.san.database import (
 from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.dispatch import (
     DEFAULT_REDIS_URL,
+    PG_NOTIFY_CHANNEL,
+    REDIS_STREAM,
+    SAN_JOB_DISPATCHER,
+    SAN_NOTIFY_CHANNEL,
+    SAN_REDIS_STREAM,
+    SAN_REDIS_URL,
     DispatcherConfigError,
     RedisStreamDispatcher,
     build_dispatcher,
@@ -265,10 +270,14 @@ def session_findings(conn) -> list[Finding]:
 
 def dispatcher_findings(conn) -> list[Finding]:
     """The dispatcher."""
-    redis_url = os.environ.get("SAN_REDIS_URL") or DEFAULT_REDIS_URL
+    redis_url = SAN_REDIS_URL.raw() or DEFAULT_REDIS_URL
     try:
         dispatcher = build_dispatcher(
-            os.environ.get("SAN_JOB_DISPATCHER"), conn.dialect.name, redis_url
+            SAN_JOB_DISPATCHER.raw(),
+            conn.dialect.name,
+            redis_url,
+            SAN_REDIS_STREAM.raw() or REDIS_STREAM,
+            SAN_NOTIFY_CHANNEL.raw() or PG_NOTIFY_CHANNEL,
         )
         if isinstance(dispatcher, RedisStreamDispatcher):
             dispatcher.ping()

@@ -1,30 +1,35 @@
-"""Helpers for tests that start Dagster processes: a free port, polling, is the UI up."""
+"""Helpers for tests that start Dagster processes: a free port, starting them from the project
+root, is the UI up, a storage database of their own, launching through the webserver. (Stopping
+them and waiting for a condition: batch_pipeline.sandbox.processes, shared with the sandbox and
+the benchmark.)"""
 
 import socket
-import time
+import subprocess
+import sys
 import urllib.request
 import uuid
 from contextlib import contextmanager
+from pathlib import Path
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
+
+from batch_pipeline.sandbox.processes import start_group, wait_for
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def start(command: list[str], env: dict, log) -> "subprocess.Popen":
+    """A Dagster process (dagster-webserver, dagster-daemon, a code server) from the project
+    root, in its own process group, its output in `log`; stop it with stop_group."""
+    return start_group(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_for(condition, timeout_s: float, what: str, every_s: float = 2.0):
-    """Poll `condition` until it returns something truthy (returned), or fail naming `what`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
 def serving(base_url: str) -> bool:

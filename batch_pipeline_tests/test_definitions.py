@@ -9,6 +9,8 @@ import pytest
 from dagster import DagsterInstance, DefaultScheduleStatus, Definitions, build_schedule_context
 
 from batch_pipeline.definitions import build_definitions, defs
+from batch_pipeline.recovery.ghost_jobs import STALE_PENDING_AFTER, STALE_PROCESSING_AFTER
+from batch_pipeline.recovery.plan import minutes
 from batch_pipeline.san.timezone import TimezoneConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,8 +35,10 @@ def test_definitions_expose_the_job_assets_and_resources():
         "til_generation_recovery",
     ):
         assert specs[area].group_name == "san_recovery" and specs[area].description
-    # descriptions are built from the design's defaults, not prose copies of them
-    assert "PENDING > 30 min / PROCESSING > 60 min" in specs["ghost_job_recovery"].description
+    # descriptions are built from the rule's own constants, not prose copies of them
+    pending, processing = minutes(STALE_PENDING_AFTER), minutes(STALE_PROCESSING_AFTER)
+    expected = f"PENDING > {pending} min / PROCESSING > {processing} min"
+    assert expected in specs["ghost_job_recovery"].description
     assert "extension of the design" in specs["til_generation_recovery"].description
 
 

@@ -15,3 +15,67 @@ def test_the_import_contracts_hold():
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "0 broken" in result.stdout
+
+
+# Dagster wiring is tested through its domain's job: a run of the job exercises its assets, ops,
+# config, schedules and sensors together (<domain>/test_jobs.py); every domain's definitions.py
+# through the whole code location (test_definitions.py).
+WIRING = {"assets", "ops", "jobs", "schedules", "sensors", "config", "definitions"}
+# Plain data, used by every suite, with no behaviour of their own to test.
+PLAIN_DATA = {
+    "san/tables.py",
+    "san/limits.py",
+    "san/job_source.py",
+    "san/config.py",
+    "san/memory.py",
+}
+# Entry points named `__main__`: their tests are named after the command.
+COMMANDS = {"__main__.py": "test_main.py", "sandbox/__main__.py": "sandbox/test_cli.py"}
+
+
+def test_the_tests_mirror_the_package():
+    package, tests = ROOT / "batch_pipeline", ROOT / "batch_pipeline_tests"
+    missing = []
+    for module in sorted(package.rglob("*.py")):
+        relative = module.relative_to(package).as_posix()
+        if module.name == "__init__.py" or relative in PLAIN_DATA:
+            continue
+        folder = module.parent.relative_to(package)
+        expected = tests / folder / f"test_{module.stem}.py"
+        if relative in COMMANDS:
+            expected = tests / COMMANDS[relative]
+        elif module.stem == "definitions":
+            expected = tests / "test_definitions.py"
+        elif module.stem in WIRING and not expected.exists():
+            expected = tests / folder / "test_jobs.py"
+        if not expected.exists():
+            missing.append(f"{relative}: {expected.relative_to(ROOT)}")
+    assert missing == []
+
+
+def test_no_test_module_imports_another_test_module():
+    """Helpers live in a conftest or a helpers module (runs.py, processes.py), not in a test
+    module another one imports."""
+    offenders = [
+        f"{path.relative_to(ROOT)}: {line.strip()}"
+        for path in (ROOT / "batch_pipeline_tests").rglob("*.py")
+        for line in path.read_text().splitlines()
+        if line.lstrip().startswith("from batch_pipeline_tests.")
+        and ".test_" in line.split(" import ")[0]
+    ]
+    assert offenders == []
+
+
+def test_the_production_wheel_carries_no_sandbox(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    import zipfile
+
+    [wheel] = tmp_path.glob("batch_pipeline-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "batch_pipeline/definitions.py" in names
+    assert [name for name in names if name.startswith("batch_pipeline/sandbox")] == []

@@ -27,19 +27,10 @@ from batch_pipeline.definitions import defs
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.sandbox.demo import seed_demo_state
+from batch_pipeline.sandbox.processes import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-
-
-def wait_for(condition, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise SystemExit(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
 def finished_runs(instance, job_name: str):
@@ -144,6 +135,7 @@ def main(argv=None) -> int:
                         ),
                         180,
                         f"a {job_name} run",
+                        every_s=0.5,
                     )
                 launched[job_name] = seconds_to_end(finished_runs(instance, job_name))
     finally:

@@ -29,6 +29,7 @@ from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
 from batch_pipeline.recovery.plan import MAX_ATTEMPTS
 from batch_pipeline.recovery.registry import RECOVERIES
 from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE, TargetRecovery, detect_query
+from batch_pipeline.san.config import MAX_JOBS_PER_RUN
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.dialects.postgresql import enqueue_statement, prefer_the_indexes
 from batch_pipeline.san.dispatch import PG_NOTIFY_CHANNEL
@@ -45,7 +46,7 @@ ZONE = "Asia/Seoul"
 AREAS = [recovery.area for recovery in RECOVERIES]
 TARGET_RECOVERIES = [recovery for recovery in RECOVERIES if isinstance(recovery, TargetRecovery)]
 # Per-run caps lifted for the measurement; the rules are the design's defaults.
-LIFTED = {"max_enqueue_per_run": 100_000_000}
+LIFTED = {"max_enqueue_per_run": MAX_JOBS_PER_RUN}
 
 
 def median(values):

@@ -4,7 +4,6 @@ from dagster import (
     DagsterEventType,
     DagsterRunStatus,
     DefaultSensorStatus,
-    JobDefinition,
     RunFailureSensorContext,
     RunStatusSensorContext,
     run_failure_sensor,
@@ -64,18 +63,16 @@ def failed_checks_text(context: RunStatusSensorContext) -> str | None:
     )
 
 
-def check_failure_alert(check_jobs: list[JobDefinition]):
-    @run_status_sensor(
-        name="asset_check_alert",
-        run_status=DagsterRunStatus.SUCCESS,
-        monitored_jobs=check_jobs,
-        default_status=DefaultSensorStatus.RUNNING,
-        description="Posts every failed asset check to SAN_ALERT_WEBHOOK_URL (logged when unset).",
-    )
-    def asset_check_alert(context: RunStatusSensorContext):
-        text = failed_checks_text(context)
-        if text:
-            context.log.info(text)
-            post_alert(text)
-
-    return asset_check_alert
+@run_status_sensor(
+    name="asset_check_alert",
+    run_status=DagsterRunStatus.SUCCESS,
+    # every job of the code location: a failed check is posted whichever run evaluated it
+    monitor_all_code_locations=False,
+    default_status=DefaultSensorStatus.RUNNING,
+    description="Posts every failed asset check to SAN_ALERT_WEBHOOK_URL (logged when unset).",
+)
+def asset_check_alert(context: RunStatusSensorContext):
+    text = failed_checks_text(context)
+    if text:
+        context.log.info(text)
+        post_alert(text)

@@ -2,23 +2,37 @@
 
 import json
 import logging
-import os
 import urllib.request
+
+from batch_pipeline.san.settings import Setting
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "http://127.0.0.1:3000"
+SAN_ALERT_WEBHOOK_URL = Setting(
+    "SAN_ALERT_WEBHOOK_URL",
+    "unset: alerts are only logged",
+    "Slack incoming webhook for failed runs and failed asset checks",
+    secret=True,
+)
+SAN_DAGSTER_BASE_URL = Setting(
+    "SAN_DAGSTER_BASE_URL", DEFAULT_BASE_URL, "the UI's address, for the run links in alerts"
+)
+
+
+def base_url() -> str:
+    return (SAN_DAGSTER_BASE_URL.raw() or DEFAULT_BASE_URL).rstrip("/")
 
 
 def run_link(run_id: str) -> str:
-    base = (os.environ.get("SAN_DAGSTER_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+    base = base_url()
     return f"{base}/runs/{run_id}"
 
 
 def post_alert(text: str, webhook_url: str | None = None, timeout_s: float = 10.0) -> bool:
     """Post `text` to the webhook; True when Slack accepted it. Never raises: an alert that
     cannot be delivered is logged, it must not fail the sensor that raised it."""
-    url = webhook_url if webhook_url is not None else os.environ.get("SAN_ALERT_WEBHOOK_URL")
+    url = webhook_url if webhook_url is not None else SAN_ALERT_WEBHOOK_URL.raw()
     if not url:
         log.warning("SAN_ALERT_WEBHOOK_URL is not set; alert not posted: %s", text)
         return False

@@ -6,7 +6,6 @@ compare-and-set, and SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES for the lane's grace (
 design's orphan_min_age_minutes).
 """
 
-import os
 from datetime import datetime, timedelta
 
 from pydantic import Field
@@ -23,6 +22,7 @@ from batch_pipeline.recovery.ghost_jobs import STALE_PENDING_AFTER
 from batch_pipeline.recovery.plan import MAX_ATTEMPTS, RecoveryPolicy, minutes
 from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE
 from batch_pipeline.san.config import WriteConfig
+from batch_pipeline.san.settings import Setting
 
 _SWITCH = {
     "on": True,
@@ -36,8 +36,25 @@ _SWITCH = {
 }
 
 
+SAN_REANNOUNCE = Setting(
+    "SAN_REANNOUNCE",
+    "on",
+    "`off`: the fast lane never re-announces (for workers that do not claim with "
+    "compare-and-set); it still retries failed targets and enqueues what the app never did. "
+    "Anything but on/off is an error at load",
+)
+# The lane's grace for a target with no job at all; a whole day is the most it makes sense to wait
+MAX_LANE_GRACE_MINUTES = 24 * 60
+SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES = Setting(
+    "SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES",
+    f"{minutes(ORPHAN_MIN_AGE)} (the design's grace)",
+    "the fast lane's grace before it enqueues a target with no job at all (a whole number from 1 "
+    f"to {MAX_LANE_GRACE_MINUTES})",
+)
+
+
 def reannounce_default() -> bool:
-    value = os.environ.get("SAN_REANNOUNCE", "on").strip().lower()
+    value = (SAN_REANNOUNCE.raw() or "on").lower()
     if value not in _SWITCH:
         raise ValueError(
             f"SAN_REANNOUNCE={value!r} must be on or off (off: for workers that do not claim with "
@@ -47,14 +64,9 @@ def reannounce_default() -> bool:
 
 
 def grace_default() -> int:
-    value = os.environ.get("SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES")
-    if value is None:
-        return minutes(ORPHAN_MIN_AGE)
-    if not value.strip().isdigit() or int(value) < 1:
-        raise ValueError(
-            f"SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES={value!r} must be a whole number of minutes >= 1"
-        )
-    return int(value)
+    return SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES.whole_number(
+        minutes(ORPHAN_MIN_AGE), low=1, high=MAX_LANE_GRACE_MINUTES
+    )
 
 
 def _instant(value: str | None, name: str) -> datetime | None:

@@ -6,7 +6,6 @@ materializations, so this horizon is also the horizon of the audit trail of reco
 DAGSTER_RUN_RETENTION_DAYS sets it (default RUN_RETENTION_DAYS).
 """
 
-import os
 from datetime import UTC, datetime, timedelta
 
 from dagster import (
@@ -22,9 +21,23 @@ from dagster import (
 )
 from pydantic import Field
 
+from batch_pipeline.san.settings import Setting, SettingError
+
 FINISHED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
 RUN_RETENTION_DAYS = 90
-RETENTION_CRON = "30 4 * * *"
+RETENTION_AT = (4, 30)  # daily, after the 03:00 TIL, before the working day
+RETENTION_CRON = f"{RETENTION_AT[1]} {RETENTION_AT[0]} * * *"
+MAX_DELETES_PER_RUN = 5_000
+
+
+# A century: beyond that the cutoff instant is no longer a date either side can compute.
+MAX_RETENTION_DAYS = 36_500
+DAGSTER_RUN_RETENTION_DAYS = Setting(
+    "DAGSTER_RUN_RETENTION_DAYS",
+    str(RUN_RETENTION_DAYS),
+    "finished runs older than this are deleted nightly, and with them their audit trail (a whole "
+    f"number from 1 to {MAX_RETENTION_DAYS}; anything else is an error at load)",
+)
 
 
 class RetentionConfigError(ValueError):
@@ -32,16 +45,14 @@ class RetentionConfigError(ValueError):
 
 
 def run_retention_days() -> int:
-    """DAGSTER_RUN_RETENTION_DAYS (default RUN_RETENTION_DAYS); not a whole number >= 1: an error at
-    load."""
-    raw = (os.environ.get("DAGSTER_RUN_RETENTION_DAYS") or str(RUN_RETENTION_DAYS)).strip()
-    if not raw.isdigit() or int(raw) < 1:
-        raise RetentionConfigError(
-            f"DAGSTER_RUN_RETENTION_DAYS={raw!r} is not a whole number of days >= 1 (it is how "
-            "long runs, "
-            "and with them the audit trail of recovered ids, are kept; default 90)"
+    """DAGSTER_RUN_RETENTION_DAYS (default RUN_RETENTION_DAYS); not a whole number in range: an
+    error at load."""
+    try:
+        return DAGSTER_RUN_RETENTION_DAYS.whole_number(
+            RUN_RETENTION_DAYS, low=1, high=MAX_RETENTION_DAYS
         )
-    return int(raw)
+    except SettingError as error:
+        raise RetentionConfigError(str(error)) from None
 
 
 def purge_runs(
@@ -68,13 +79,16 @@ def build_run_retention_job(keep_days: int) -> JobDefinition:
         keep_days: int = Field(
             default=horizon,
             ge=0,
-            description=(
-                "Finished runs older than this many days are deleted, and with them their audit "
-                "trail "
-                "(DAGSTER_RUN_RETENTION_DAYS)."
-            ),
+            le=MAX_RETENTION_DAYS,
+            description="Finished runs older than this many days are deleted, and with them "
+            "their audit trail (DAGSTER_RUN_RETENTION_DAYS).",
         )
-        max_deletes: int = Field(default=5_000, gt=0, description="At most this many runs per run.")
+        max_deletes: int = Field(
+            default=MAX_DELETES_PER_RUN,
+            gt=0,
+            le=1_000_000,
+            description="At most this many runs per run, oldest first (the rest next night).",
+        )
 
     @op(description="Delete finished runs older than keep_days, oldest first.")
     def delete_old_runs(context: OpExecutionContext, config: RunRetentionConfig) -> None:
@@ -104,6 +118,6 @@ def run_retention_schedule(
         cron_schedule=RETENTION_CRON,
         execution_timezone=timezone_name,
         default_status=DefaultScheduleStatus.RUNNING,
-        description=f"Daily at 04:30: delete finished runs older than {keep_days} days "
-        "(DAGSTER_RUN_RETENTION_DAYS).",
+        description=f"Daily at {RETENTION_AT[0]:02d}:{RETENTION_AT[1]:02d}: delete finished runs "
+        f"older than {keep_days} days (DAGSTER_RUN_RETENTION_DAYS).",
     )

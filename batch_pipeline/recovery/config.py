@@ -12,7 +12,13 @@ from pydantic import Field
 from batch_pipeline.recovery.ghost_jobs import STALE_PENDING_AFTER, STALE_PROCESSING_AFTER
 from batch_pipeline.recovery.plan import MAX_ATTEMPTS, MAX_ENQUEUE_PER_RUN, RecoveryPolicy, minutes
 from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE
-from batch_pipeline.san.config import WriteConfig
+from batch_pipeline.san.config import (
+    MAX_ATTEMPTS_CAP,
+    MAX_HOURS,
+    MAX_JOBS_PER_RUN,
+    MAX_MINUTES,
+    WriteConfig,
+)
 
 
 class RecoveryConfig(WriteConfig):
@@ -21,36 +27,43 @@ class RecoveryConfig(WriteConfig):
     stale_pending_after_minutes: int = Field(
         default=minutes(STALE_PENDING_AFTER),
         gt=0,
-        description="A PENDING job older than this lost its event: ghost.",
+        le=MAX_MINUTES,
+        description="A PENDING job older than this (by `created_at`) lost its event: a ghost.",
     )
     stale_processing_after_minutes: int = Field(
         default=minutes(STALE_PROCESSING_AFTER),
         gt=0,
-        description="A PROCESSING job running longer than this (above the AI call timeout): ghost.",
+        le=MAX_MINUTES,
+        description="A PROCESSING job older than this (by `started_at`, or `updated_at` when "
+        "`started_at` is NULL) is above the AI call's timeout ceiling: a ghost.",
     )
     orphan_min_age_minutes: int = Field(
         default=minutes(ORPHAN_MIN_AGE),
         gt=0,
+        le=MAX_MINUTES,
         description="Grace: scraps and daily summaries younger than this are left alone; the app "
-        "may still be enqueueing.",
+        "may still be enqueueing them.",
     )
     scrap_lookback_hours: int = Field(
         default=0,
         ge=0,
-        description="Scrap recoveries look only at scraps created in the last N hours "
-        "(an index range instead of an anti-join over every scrap). 0 = every scrap (full sweep).",
+        le=MAX_HOURS,
+        description="Scrap recoveries look only at scraps created in the last N hours (an index "
+        "range instead of an anti-join over every scrap; docs/benchmarks.md). 0 = every scrap.",
     )
     max_attempts: int = Field(
         default=MAX_ATTEMPTS,
         ge=0,
-        description="Poison cap: a (job_type, target_id) with this many jobs gets no new one. 0 = "
-        "unlimited.",
+        le=MAX_ATTEMPTS_CAP,
+        description="Poison cap: a (job_type, target_id) with this many jobs gets no new one (a "
+        "ghost among them is still closed); reported as `exhausted`. 0 = unlimited.",
     )
     max_enqueue_per_run: int = Field(
         default=MAX_ENQUEUE_PER_RUN,
         gt=0,
-        description="At most this many new jobs per area and run, oldest first; the rest is "
-        "deferred.",
+        le=MAX_JOBS_PER_RUN,
+        description="New jobs per area and run, oldest first; the rest is `deferred` to the next "
+        "run, so a backlog does not stampede the AI server.",
     )
 
     @property

@@ -4,11 +4,12 @@ recovery assets fail when none was materialized for longer than twice the schedu
 recovery_freshness_schedule evaluates them every 30 minutes, and asset_check_alert posts a
 failed one. (The daemon itself: `dagster-daemon liveness-check`, see the README.)"""
 
-import os
 import warnings
 from datetime import timedelta
 
 from dagster import (
+    AssetCheckKey,
+    AssetKey,
     AssetSelection,
     DefaultScheduleStatus,
     ScheduleDefinition,
@@ -16,49 +17,49 @@ from dagster import (
     define_asset_job,
 )
 
+from batch_pipeline.recovery.cadence import period_of, recovery_cron
 from batch_pipeline.recovery.registry import AREAS
+from batch_pipeline.san.settings import Setting
 
-# The design's cadence is 2 h: no materialization for twice that means no recovery ran.
-STALE_AFTER = timedelta(hours=4)
+# No materialization for this many recovery periods means no recovery ran.
+PERIODS_BEFORE_STALE = 2
 CHECK_EVERY_CRON = "*/30 * * * *"
+MAX_FRESHNESS_HOURS = 24 * 365
+
+SAN_RECOVERY_FRESHNESS_HOURS = Setting(
+    "SAN_RECOVERY_FRESHNESS_HOURS",
+    f"{PERIODS_BEFORE_STALE} x the period of `SAN_RECOVERY_CRON` (4 by default)",
+    "the watchdog: a recovery asset not materialized for this many hours fails its freshness "
+    f"check (a number above 0, at most {MAX_FRESHNESS_HOURS})",
+)
 
 
-def stale_after() -> timedelta:
-    """SAN_RECOVERY_FRESHNESS_HOURS (set it to twice a changed SAN_RECOVERY_CRON period)."""
-    value = os.environ.get("SAN_RECOVERY_FRESHNESS_HOURS")
-    if value is None:
-        return STALE_AFTER
-    try:
-        hours = float(value)
-    except ValueError:
-        hours = 0.0
-    if hours <= 0:
-        raise ValueError(
-            f"SAN_RECOVERY_FRESHNESS_HOURS={value!r} must be a number of hours > 0 (e.g. 4)"
-        )
+def stale_after(timezone: str) -> timedelta:
+    """SAN_RECOVERY_FRESHNESS_HOURS, else twice the period of the recovery schedule's cron."""
+    default = PERIODS_BEFORE_STALE * period_of(recovery_cron(), timezone)
+    hours = SAN_RECOVERY_FRESHNESS_HOURS.number(
+        default / timedelta(hours=1), low_exclusive=0, high=MAX_FRESHNESS_HOURS
+    )
     return timedelta(hours=hours)
 
 
-def freshness_checks():
-    """The freshness checks of the recovery assets (a window, no deadline: no time zone needed)."""
-    # Superseded by FreshnessPolicy on the assets, whose state is not an asset check evaluation
-    # in a run: asset_check_alert (and the assets' Checks tab) would not see it. This public
-    # API does what the watchdog needs in Dagster 1.13.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return build_last_update_freshness_checks(
-            assets=list(AREAS), lower_bound_delta=stale_after()
-        )
-
-
-RECOVERY_FRESHNESS_CHECKS = freshness_checks()
+# Dagster names each check of build_last_update_freshness_checks so.
+FRESHNESS_CHECK_KEYS = tuple(AssetCheckKey(AssetKey(area), "freshness_check") for area in AREAS)
 
 
 def recovery_freshness(timezone: str):
-    """(the job that evaluates the freshness checks, its schedule)."""
+    """(the freshness checks of the recovery assets, the job that evaluates them, its
+    schedule)."""
+    stale = stale_after(timezone)
+    # Superseded by FreshnessPolicy on the assets, whose state is not an asset check evaluation
+    # in a run: asset_check_alert (and the assets' Checks tab) would not see it. This public
+    # API does what the watchdog needs in Dagster 1.13 (a window, no deadline).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        checks = build_last_update_freshness_checks(assets=list(AREAS), lower_bound_delta=stale)
     job = define_asset_job(
         "recovery_freshness_job",
-        selection=AssetSelection.checks(*RECOVERY_FRESHNESS_CHECKS),
+        selection=AssetSelection.checks(*checks),
         description="Evaluates the recovery assets' freshness checks (no recovery run for too "
         "long).",
     )
@@ -69,7 +70,8 @@ def recovery_freshness(timezone: str):
         execution_timezone=timezone,
         default_status=DefaultScheduleStatus.RUNNING,
         description="The healer's watchdog: fails a freshness check when recovery_job has not "
-        "materialized its "
-        "assets for twice the recovery period (SAN_RECOVERY_FRESHNESS_HOURS, default 4).",
+        f"materialized its assets for {stale / timedelta(hours=1):g} h "
+        f"({PERIODS_BEFORE_STALE} x the recovery period unless SAN_RECOVERY_FRESHNESS_HOURS says "
+        "otherwise).",
     )
-    return job, schedule
+    return checks, job, schedule

@@ -4,7 +4,7 @@ after the other, each materializing its asset and evaluating its checks."""
 from dagster import AssetSelection, define_asset_job, in_process_executor
 
 from batch_pipeline.recovery.assets import run_recovery
-from batch_pipeline.recovery.freshness import RECOVERY_FRESHNESS_CHECKS
+from batch_pipeline.recovery.freshness import FRESHNESS_CHECK_KEYS
 from batch_pipeline.recovery.registry import RECOVERIES
 
 # dagster.yaml limits runs carrying this tag to one at a time (the code is safe if two overlap);
@@ -14,8 +14,7 @@ RECOVERY_TAGS = {"batch_pipeline/concurrency": "recovery_job", "dagster/max_runt
 recovery_job = define_asset_job(
     "recovery_job",
     # its assets and the checks its ops evaluate; the watchdog's freshness checks run apart
-    selection=AssetSelection.assets(run_recovery)
-    - AssetSelection.checks(*RECOVERY_FRESHNESS_CHECKS),
+    selection=AssetSelection.assets(run_recovery) - AssetSelection.checks(*FRESHNESS_CHECK_KEYS),
     tags=RECOVERY_TAGS,
     # Its steps run one after the other anyway: in one process a run starts in seconds instead
     # of a process (and a code load) per step (docs/benchmarks.md, "Launch to success").

@@ -179,6 +179,7 @@ class RecoveryReport:
             COMMITTED_BY_FAILED_ATTEMPT: failed_attempt,
             "area": self.area,
             "changed": self.changed,
+            "batches": self.batches,
             "heal_ages_seconds": self.heal_ages_seconds[:AUDIT_ID_LIMIT],
         }
 

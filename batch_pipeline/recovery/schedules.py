@@ -1,17 +1,11 @@
-"""recovery_schedule: every 2 hours, in SAN's time zone (SAN_RECOVERY_CRON overrides the period)."""
-
-import os
+"""recovery_schedule: every 2 hours, in SAN's time zone (SAN_RECOVERY_CRON overrides the
+period: recovery/cadence.py)."""
 
 from dagster import DagsterInvalidDefinitionError, DefaultScheduleStatus, ScheduleDefinition
 
+from batch_pipeline.recovery.cadence import RECOVERY_CRON, recovery_cron
 from batch_pipeline.recovery.jobs import recovery_job
 from batch_pipeline.recovery.registry import RECOVERIES
-
-RECOVERY_CRON = "0 */2 * * *"
-
-
-def recovery_cron() -> str:
-    return (os.environ.get("SAN_RECOVERY_CRON") or RECOVERY_CRON).strip()
 
 
 def recovery_schedule(timezone: str) -> ScheduleDefinition:
@@ -25,11 +19,11 @@ def recovery_schedule(timezone: str) -> ScheduleDefinition:
             cron_schedule=cron,
             execution_timezone=timezone,
             default_status=DefaultScheduleStatus.RUNNING,
-            description="runRecovery(): "
+            description=f"runRecovery() at `{cron}` ({timezone}; SAN_RECOVERY_CRON): "
             + ", ".join(r.area for r in RECOVERIES)
-            + ", in that order (SAN_RECOVERY_CRON).",
+            + ", in that order.",
         )
     except DagsterInvalidDefinitionError as error:
         raise ValueError(
-            f"SAN_RECOVERY_CRON={cron!r} is not a valid cron expression (e.g. '0 */2 * * *')"
+            f"SAN_RECOVERY_CRON={cron!r} is not a valid cron expression (e.g. '{RECOVERY_CRON}')"
         ) from error

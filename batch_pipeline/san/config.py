@@ -1,4 +1,7 @@
-"""Run config every writing job shares: batch size, timeouts and dry run."""
+"""Run config every writing job shares: batch size, timeouts and dry run; and the bounds every
+numeric setting keeps, so its arithmetic stays inside what Python's datetimes and PostgreSQL's
+timestamps and integer settings can hold (a value beyond is refused, naming the field, before
+anything is written)."""
 
 from dagster import Config
 from pydantic import Field
@@ -6,23 +9,44 @@ from pydantic import Field
 from batch_pipeline.san.limits import BATCH_SIZE, LOCK_TIMEOUT_MS, STATEMENT_TIMEOUT_MS, WriteLimits
 
 MAX_BATCH_SIZE = 50_000
+# A year of minutes, ten years of hours: longer thresholds or windows mean nothing for jobs
+# that take seconds, and now - 10**8 hours is before year 1.
+MAX_MINUTES = 365 * 24 * 60
+MAX_HOURS = 10 * 365 * 24
+MAX_LOCK_TIMEOUT_MS = 10 * 60 * 1000
+MAX_STATEMENT_TIMEOUT_MS = 24 * 60 * 60 * 1000
+MAX_ATTEMPTS_CAP = 1_000
+MAX_JOBS_PER_RUN = 10_000_000
 
 
 class WriteConfig(Config):
     batch_size: int = Field(
-        default=BATCH_SIZE, gt=0, le=MAX_BATCH_SIZE, description="Rows per write transaction."
+        default=BATCH_SIZE,
+        gt=0,
+        le=MAX_BATCH_SIZE,
+        description="Rows per write transaction (each batch commits on its own; "
+        "docs/benchmarks.md).",
     )
     lock_timeout_ms: int = Field(
         default=LOCK_TIMEOUT_MS,
         gt=0,
-        description="PostgreSQL lock_timeout for detection and each write batch.",
+        le=MAX_LOCK_TIMEOUT_MS,
+        description="PostgreSQL `lock_timeout` for detection and each write batch: a table the "
+        "app holds locked (a migration) is reported, not waited on. batch_pipeline's own writers "
+        "wait for each other up to `statement_timeout_ms` instead.",
     )
     statement_timeout_ms: int = Field(
         default=STATEMENT_TIMEOUT_MS,
         gt=0,
-        description="PostgreSQL statement_timeout for detection and each write batch.",
+        le=MAX_STATEMENT_TIMEOUT_MS,
+        description="PostgreSQL `statement_timeout` for detection and each write batch (set per "
+        "transaction; the server's own settings are untouched).",
     )
-    dry_run: bool = Field(default=False, description="Detect and report; write nothing.")
+    dry_run: bool = Field(
+        default=False,
+        description="Detect and report (an asset observation, not a materialization); write "
+        "nothing.",
+    )
 
     @property
     def write_limits(self) -> WriteLimits:

@@ -5,7 +5,6 @@ timeouts, and a lock that serialises batch_pipeline's own writers (two overlappi
 ever blocking SAN's workers. How each database does it is its dialect's (san/dialects/).
 """
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -18,6 +17,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from batch_pipeline.san.dialects import BY_URL_BACKEND, dialect
 from batch_pipeline.san.limits import WriteLimits
+from batch_pipeline.san.settings import Setting
 
 
 class SanConnectionError(RuntimeError):
@@ -39,9 +39,24 @@ def database_now(bind: Connection | Engine) -> datetime:
     return dialect(bind).database_now(bind)
 
 
+SAN_DATABASE_URL = Setting(
+    "SAN_DATABASE_URL",
+    "embedded SQLite at `./data/san.sqlite`",
+    "SQLAlchemy URL of the SAN database (`postgresql+psycopg://…`; a plain `postgresql://`, and "
+    "the `postgres://` many hosted databases hand out, use psycopg 3 too)",
+    secret=True,
+)
+SAN_DATA_DIR = Setting(
+    "SAN_DATA_DIR",
+    "`./data`",
+    "where the embedded default lives (the demo of `make run`)",
+    loaded_with_the_code=False,
+)
+
+
 def default_data_dir() -> Path:
     """Where the embedded default keeps its SQLite file (`SAN_DATA_DIR`, else ./data)."""
-    return Path(os.environ.get("SAN_DATA_DIR") or Path.cwd() / "data")
+    return Path(SAN_DATA_DIR.raw() or Path.cwd() / "data")
 
 
 def embedded_database_url() -> str:

@@ -16,14 +16,32 @@ from sqlalchemy.engine import Connection, make_url
 
 from batch_pipeline.san.database import redacted
 from batch_pipeline.san.dialects import DIALECTS, dialect
+from batch_pipeline.san.settings import Setting
 
 log = logging.getLogger(__name__)
 
-# SAN_NOTIFY_CHANNEL overrides it: two SAN environments can share a server
 PG_NOTIFY_CHANNEL = "san_jobs"
 REDIS_STREAM = "san:jobs"
 DISPATCHER_KINDS = ("pg_notify", "redis_stream", "none")
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+SAN_JOB_DISPATCHER = Setting(
+    "SAN_JOB_DISPATCHER",
+    "`pg_notify` on PostgreSQL, `none` on SQLite",
+    "`pg_notify`, `redis_stream` or `none`; anything else fails the run's first step",
+)
+SAN_REDIS_URL = Setting("SAN_REDIS_URL", DEFAULT_REDIS_URL, "Redis for `redis_stream`", secret=True)
+SAN_REDIS_STREAM = Setting(
+    "SAN_REDIS_STREAM",
+    REDIS_STREAM,
+    "the stream `redis_stream` writes to (the one SAN's workers read)",
+)
+SAN_NOTIFY_CHANNEL = Setting(
+    "SAN_NOTIFY_CHANNEL",
+    PG_NOTIFY_CHANNEL,
+    "the channel `pg_notify` announces on (the one SAN's workers LISTEN on); two SAN environments "
+    "can share a server. Lower-case letters, digits, `_`",
+)
 
 
 class NewJob(NamedTuple):

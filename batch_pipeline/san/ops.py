@@ -1,7 +1,10 @@
-"""The first op of every job: validate the run config and the SAN database before any write.
+"""What every job's ops share: the first op, which validates the run config and the SAN
+database before any write; the retry policy for transient database faults; metadata helpers.
 
-Its output is the validated config, passed to the job's other ops as their `settings` input, so
-the Launchpad takes every setting in one place: `ops.check_san_database.config`.
+The first op's output is the validated config, passed to the job's other ops as their
+`settings` input, so the Launchpad takes every setting in one place: the job's config mapping
+(recovery_job: `ops.run_recovery.config`) or the op itself (the TIL job:
+`ops.check_san_database.config`).
 """
 
 import warnings

@@ -1,11 +1,12 @@
 """Dagster resources: the SAN database (SAN_DATABASE_URL) and the job dispatcher
 (SAN_JOB_DISPATCHER). Thin wrappers over san.database and san.dispatch."""
 
-from dagster import ConfigurableResource, Failure, InitResourceContext
+from dagster import ConfigurableResource, EnvVar, Failure, InitResourceContext
 from pydantic import Field, PrivateAttr
 from sqlalchemy.engine import Engine
 
 from batch_pipeline.san.database import (
+    SAN_DATABASE_URL,
     SanConnectionError,
     check_connection,
     create_san_engine,
@@ -16,12 +17,17 @@ from batch_pipeline.san.dispatch import (
     DEFAULT_REDIS_URL,
     PG_NOTIFY_CHANNEL,
     REDIS_STREAM,
+    SAN_JOB_DISPATCHER,
+    SAN_NOTIFY_CHANNEL,
+    SAN_REDIS_STREAM,
+    SAN_REDIS_URL,
     Dispatcher,
     DispatcherConfigError,
     build_dispatcher,
 )
 from batch_pipeline.san.limits import WriteLimits
 from batch_pipeline.san.schema import SanSchemaError, verify_schema
+from batch_pipeline.san.settings import Setting
 
 
 class SanDatabase(ConfigurableResource):
@@ -105,3 +111,28 @@ class JobDispatcherResource(ConfigurableResource):
             )
         except DispatcherConfigError as error:
             raise Failure(description=str(error), allow_retries=False) from error
+
+
+def _from_env(setting: Setting) -> EnvVar | None:
+    """An EnvVar when the variable is set (shown as such in the UI), else None (the default)."""
+    return EnvVar(setting.name) if setting.raw() else None
+
+
+def san_resources() -> dict:
+    """The resources of every job and sensor, from the environment."""
+    dispatcher = {
+        "kind": _from_env(SAN_JOB_DISPATCHER),
+        **{
+            field: EnvVar(setting.name)
+            for field, setting in (
+                ("redis_url", SAN_REDIS_URL),
+                ("redis_stream", SAN_REDIS_STREAM),
+                ("notify_channel", SAN_NOTIFY_CHANNEL),
+            )
+            if setting.raw()
+        },
+    }
+    return {
+        "san_database": SanDatabase(url=_from_env(SAN_DATABASE_URL)),
+        "job_dispatcher": JobDispatcherResource(**dispatcher),
+    }

@@ -1,9 +1,15 @@
 """SAN's calendar time zone: schedules fire and TIL days are cut in it (SAN_TIMEZONE)."""
 
-import os
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from batch_pipeline.san.settings import Setting
+
 DEFAULT_TIMEZONE = "Asia/Seoul"
+SAN_TIMEZONE = Setting(
+    "SAN_TIMEZONE",
+    DEFAULT_TIMEZONE,
+    "IANA zone of the schedules and of the TIL's days (an unknown zone is an error at load)",
+)
 
 
 class TimezoneConfigError(ValueError):
@@ -12,7 +18,7 @@ class TimezoneConfigError(ValueError):
 
 def san_timezone_name() -> str:
     """The IANA zone from SAN_TIMEZONE (default Asia/Seoul); an unknown zone is a clear error."""
-    name = (os.environ.get("SAN_TIMEZONE") or DEFAULT_TIMEZONE).strip()
+    name = SAN_TIMEZONE.raw() or DEFAULT_TIMEZONE
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as error:

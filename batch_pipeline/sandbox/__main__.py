@@ -41,6 +41,7 @@ from batch_pipeline.sandbox.demo import seed_demo_state
 from batch_pipeline.sandbox.faults import Faults
 from batch_pipeline.sandbox.live import LIVE_FAULTS, LIVE_RECOVERY_CRON, LiveSettings, run_live
 from batch_pipeline.sandbox.pool import WorkerPool, WorkerSettings
+from batch_pipeline.sandbox.processes import stop_group
 from batch_pipeline.sandbox.scratch import scratch_database
 from batch_pipeline.sandbox.time_to_heal import (
     TIME_TO_HEAL_FAULTS,
@@ -430,29 +431,11 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
     try:
         return ui.wait()
     except KeyboardInterrupt:
-        return stop_process_group(ui)
+        return stop_group(ui, signal.SIGINT)
     finally:
         signal.signal(signal.SIGTERM, previous)
         if sandbox is not None:
             sandbox.stop()
-
-
-def stop_process_group(process: subprocess.Popen, grace_s: float = 30.0) -> int:
-    """SIGINT to the whole group (what Ctrl-C does in a terminal: dagster dev shuts its children
-    down), SIGKILL to what is left after `grace_s`; wait for the group's leader."""
-    try:
-        os.killpg(process.pid, signal.SIGINT)
-        return process.wait(grace_s)
-    except ProcessLookupError:
-        return process.wait()
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        return process.wait()
-    finally:
-        try:  # children that outlived their parent
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 if __name__ == "__main__":

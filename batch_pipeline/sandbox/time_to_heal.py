@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from batch_pipeline.sandbox.app import LoadReport, save_scraps
 from batch_pipeline.sandbox.app_schema import app_knowledge_cards, app_scraps
 from batch_pipeline.sandbox.events import PgNotifyEvents
 from batch_pipeline.sandbox.faults import Faults
+from batch_pipeline.sandbox.processes import start_group, stop_group
 from batch_pipeline.sandbox.worker import ReferenceWorker, WorkerStats
 
 # The experiment: 30 % of the app's events lost, 15 % of first AI attempts failing, 5 %
@@ -173,23 +173,12 @@ def start_daemon(
         "SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES": str(grace_minutes),
     }
     daemon = Path(sys.executable).with_name("dagster-daemon")
-    return subprocess.Popen(
+    return start_group(
         [str(daemon), "run", "-w", str(home / "workspace.yaml")],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
-        start_new_session=True,
     )
-
-
-def stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 def max_active_per_target(engine: Engine) -> int:
@@ -382,7 +371,7 @@ def run_experiment(
                 ):
                     break
         finally:
-            stop(daemon)
+            stop_group(daemon)
             events.close()
     lane = fast_heal_runs(home)
     request_to_end = lane.request_to_end_seconds

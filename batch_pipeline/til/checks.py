@@ -1,5 +1,5 @@
 """til_coverage, per TIL partition, run after each TIL run (see sensors.py): every active user of
-D has a summary for D, and no summary of D has waited more than 2 hours for its TIL."""
+D has a summary for D, and no summary of D has waited more than TIL_WAIT_LIMIT for its TIL."""
 
 from datetime import date, timedelta
 
@@ -14,6 +14,7 @@ from dagster import (
 from sqlalchemy import and_, select
 
 from batch_pipeline.san.database import database_now, read_transaction
+from batch_pipeline.san.durations import in_words
 from batch_pipeline.san.resources import SanDatabase
 from batch_pipeline.san.tables import daily_summaries
 from batch_pipeline.til.auto_generation import AREA, day_bounds, detect_users_of_day
@@ -42,8 +43,8 @@ def til_coverage_check(partitions: DailyPartitionsDefinition):
     @asset_check(
         asset=AREA,
         name="til_coverage",
-        description="Every active user of D has a summary for D; no summary of D waits more than 2 "
-        "h for its TIL.",
+        description="Every active user of D has a summary for D; no summary of D waits more than "
+        f"{in_words(TIL_WAIT_LIMIT)} for its TIL.",
     )
     def til_coverage(
         context: AssetCheckExecutionContext, san_database: SanDatabase
@@ -82,7 +83,8 @@ def til_coverage_check(partitions: DailyPartitionsDefinition):
             problems.append(f"{len(missing)} active users of {day} have no summary")
         if waiting:
             problems.append(
-                f"{len(waiting)} summaries of {day} have waited more than 2 h for their TIL"
+                f"{len(waiting)} summaries of {day} have waited more than "
+                f"{in_words(TIL_WAIT_LIMIT)} for their TIL"
             )
         return AssetCheckResult(
             passed=not problems,

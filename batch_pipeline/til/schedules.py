@@ -21,5 +21,5 @@ def til_schedule(til_job: JobDefinition) -> ScheduleDefinition:
         hour_of_day=TIL_HOUR,
         minute_of_hour=0,
         default_status=DefaultScheduleStatus.RUNNING,
-        description="runTilAutoGeneration(): yesterday's TILs, daily at 03:00.",
+        description=f"runTilAutoGeneration(): yesterday's TILs, daily at {TIL_HOUR:02d}:00.",
     )

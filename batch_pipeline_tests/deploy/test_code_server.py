@@ -11,8 +11,15 @@ from dagster import AssetKey, DagsterInstance
 
 from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
-from batch_pipeline_tests.operations.test_production_instance import BIN, ROOT, start, stop
-from batch_pipeline_tests.processes import free_port, launch_through_webserver, serving, wait_for
+from batch_pipeline.sandbox.processes import stop_group, wait_for
+from batch_pipeline_tests.processes import (
+    BIN,
+    ROOT,
+    free_port,
+    launch_through_webserver,
+    serving,
+    start,
+)
 
 
 def test_a_run_launched_through_the_webserver_runs_from_the_code_server(
@@ -76,5 +83,5 @@ def test_a_run_launched_through_the_webserver_runs_from_the_code_server(
             assert event.asset_materialization.metadata["enqueued"].value == 1
     finally:
         for process in (daemon, webserver, code_server):
-            stop(process)
+            stop_group(process)
         log.close()

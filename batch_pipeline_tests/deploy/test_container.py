@@ -16,8 +16,15 @@ from dagster import AssetKey, DagsterInstance
 
 from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
-from batch_pipeline_tests.operations.test_production_instance import BIN, ROOT, start, stop
-from batch_pipeline_tests.processes import free_port, launch_through_webserver, serving, wait_for
+from batch_pipeline.sandbox.processes import stop_group, wait_for
+from batch_pipeline_tests.processes import (
+    BIN,
+    ROOT,
+    free_port,
+    launch_through_webserver,
+    serving,
+    start,
+)
 
 IMAGE = "batch-pipeline:test"
 # Where no registry is reachable, a base image from Debian's packages (bookworm: Python 3.11.2).
@@ -214,8 +221,8 @@ def test_the_image_serves_the_code_location_and_each_run_gets_its_own_container(
             event = instance.get_latest_materialization_event(AssetKey("ghost_job_recovery"))
             assert event is not None and event.run_id == run_id
     finally:
-        stop(webserver)
-        stop(daemon)
+        stop_group(webserver)
+        stop_group(daemon)
         log.close()
         docker("rm", "-f", container, check=False)
         for leftover in docker(

@@ -36,6 +36,7 @@ from batch_pipeline.san.tables import (
     jobs,
 )
 from batch_pipeline_tests.conftest import job_notifications
+from batch_pipeline_tests.runs import run_recovery
 
 SETTINGS = LaneSettings()
 
@@ -263,7 +264,6 @@ def test_the_probe_counts_what_a_run_would_heal_and_nothing_else(san_db):
 
 
 def test_the_lane_and_a_recovery_job_run_on_the_same_target_give_it_one_active_job(san_db):
-    from batch_pipeline_tests.recovery.test_jobs import run_recovery
 
     scrap = san_db.scrap(san_db.user(), created_at=san_db.ago(hours=3))
     failed_attempts(san_db, CARD_ANALYSIS, scrap, [timedelta(minutes=3)])

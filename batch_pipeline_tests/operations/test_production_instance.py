@@ -3,43 +3,13 @@
 
 import os
 import shutil
-import signal
-import subprocess
 import time
-from pathlib import Path
 
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
-from batch_pipeline_tests.processes import free_port, serving, wait_for
-
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(os.sys.executable).parent
-
-
-def start(command, env, log):
-    # Background dagster processes ignore SIGINT/SIGTERM inherited as ignored: restore defaults.
-    def reset_signals():
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-    return subprocess.Popen(
-        command,
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        preexec_fn=reset_signals,
-        start_new_session=True,
-    )
-
-
-def stop(process):
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=20)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        os.killpg(process.pid, signal.SIGKILL)
+from batch_pipeline.sandbox.processes import stop_group, wait_for
+from batch_pipeline_tests.processes import BIN, ROOT, free_port, serving, start
 
 
 def test_a_scheduled_tick_launches_a_recovery_run_on_the_production_instance(
@@ -99,8 +69,8 @@ def test_a_scheduled_tick_launches_a_recovery_run_on_the_production_instance(
         assert webserver.poll() is None, (tmp_path / "dagster.log").read_text()[-3000:]
         wait_for(lambda: serving(f"http://127.0.0.1:{port}"), 120, "the webserver to serve")
     finally:
-        stop(webserver)
-        stop(daemon)
+        stop_group(webserver)
+        stop_group(daemon)
         log.close()
 
 

@@ -12,7 +12,7 @@ from batch_pipeline.recovery.registry import AREAS
 from batch_pipeline.san.database import read_transaction, utc_now
 from batch_pipeline.san.schema import create_recommended_indexes
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING, PROCESSING
-from batch_pipeline_tests.recovery.test_jobs import run_recovery
+from batch_pipeline_tests.runs import run_recovery
 
 
 def run_checks(db, instance, config=None):

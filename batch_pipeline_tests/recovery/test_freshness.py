@@ -1,14 +1,17 @@
 """The healer's watchdog: the recovery assets' freshness checks fail when no recovery ran for
 too long, and pass right after a run."""
 
+from datetime import timedelta
+
 import pytest
 from dagster import DagsterEventType, DagsterInstance
 
 from batch_pipeline.definitions import defs
-from batch_pipeline.recovery.freshness import STALE_AFTER, stale_after
+from batch_pipeline.recovery.cadence import RECOVERY_PERIOD
+from batch_pipeline.recovery.freshness import PERIODS_BEFORE_STALE, stale_after
 from batch_pipeline.recovery.registry import AREAS
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
-from batch_pipeline_tests.recovery.test_jobs import run_recovery
+from batch_pipeline_tests.runs import run_recovery
 
 
 def freshness(db, instance):
@@ -36,9 +39,20 @@ def test_no_recovery_run_fails_the_watchdog_and_a_run_makes_it_pass(san_db):
 
 
 def test_the_window_follows_the_environment_and_a_bad_value_names_itself(monkeypatch):
-    assert stale_after() == STALE_AFTER
+    monkeypatch.delenv("SAN_RECOVERY_CRON", raising=False)
+    monkeypatch.delenv("SAN_RECOVERY_FRESHNESS_HOURS", raising=False)
+    assert stale_after("Asia/Seoul") == PERIODS_BEFORE_STALE * RECOVERY_PERIOD  # 4 h
     monkeypatch.setenv("SAN_RECOVERY_FRESHNESS_HOURS", "12")
-    assert stale_after().total_seconds() == 12 * 3600
-    monkeypatch.setenv("SAN_RECOVERY_FRESHNESS_HOURS", "soon")
-    with pytest.raises(ValueError, match="SAN_RECOVERY_FRESHNESS_HOURS='soon'"):
-        stale_after()
+    assert stale_after("Asia/Seoul").total_seconds() == 12 * 3600
+    for wrong in ("soon", "0", "100000000"):
+        monkeypatch.setenv("SAN_RECOVERY_FRESHNESS_HOURS", wrong)
+        with pytest.raises(ValueError, match=f"SAN_RECOVERY_FRESHNESS_HOURS='{wrong}'"):
+            stale_after("Asia/Seoul")
+
+
+def test_the_windows_default_follows_the_recovery_cron(monkeypatch):
+    monkeypatch.delenv("SAN_RECOVERY_FRESHNESS_HOURS", raising=False)
+    monkeypatch.setenv("SAN_RECOVERY_CRON", "*/15 * * * *")
+    assert stale_after("Asia/Seoul") == timedelta(minutes=30)
+    monkeypatch.setenv("SAN_RECOVERY_CRON", "0 9 * * 1-5")  # weekdays: the weekend gap counts
+    assert stale_after("Asia/Seoul") == 2 * timedelta(days=3)

@@ -11,8 +11,6 @@ from batch_pipeline.definitions import defs
 from batch_pipeline.recovery.assets import recovery_run_config, step_key
 from batch_pipeline.recovery.config import RecoveryConfig
 from batch_pipeline.recovery.registry import AREAS
-from batch_pipeline.san.database import create_san_engine
-from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.tables import (
     CARD_ANALYSIS,
@@ -23,26 +21,12 @@ from batch_pipeline.san.tables import (
     TIL_GENERATION,
 )
 from batch_pipeline_tests.conftest import PG_WRITE_PATHS, job_notifications, san_database_on_path
-
-
-def run_recovery(db, instance=None, config=None, dispatcher=None, url=None):
-    instance = instance or DagsterInstance.ephemeral()
-    result = defs.resolve_job_def("recovery_job").execute_in_process(
-        run_config=recovery_run_config(config),
-        resources={
-            "san_database": SanDatabase(url=url or db.url),
-            "job_dispatcher": JobDispatcherResource(kind=dispatcher or "none"),
-        },
-        instance=instance,
-        raise_on_error=False,
-    )
-    return result, instance
-
-
-def latest_metadata(instance, area):
-    event = instance.get_latest_materialization_event(AssetKey(area))
-    assert event is not None, f"no materialization of {area}"
-    return {key: value.value for key, value in event.asset_materialization.metadata.items()}
+from batch_pipeline_tests.runs import (
+    KILLED,
+    KillsItsOwnConnectionOnce,
+    latest_metadata,
+    run_recovery,
+)
 
 
 def broken_state(db):
@@ -294,32 +278,6 @@ def test_a_locked_table_is_reported_as_a_lock_timeout_not_waited_on(pg_db):
     assert pg_db.get_job(ghost).status == PENDING
 
 
-class KillsItsOwnConnectionOnce(JobDispatcherResource):
-    """The PostgreSQL backend of the run is terminated (pg_terminate_backend) inside batch 2."""
-
-    admin_url: str
-
-    def for_database(self, engine):
-        admin_url = self.admin_url
-
-        class Killer(Dispatcher):
-            calls = 0
-
-            def announce_in_transaction(self, conn, new_jobs):
-                Killer.calls += 1
-                if Killer.calls == 2 and not KILLED:
-                    KILLED.append(True)
-                    pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
-                    with create_san_engine(admin_url).connect() as admin:
-                        admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-                    conn.execute(text("SELECT 1"))  # the dead connection fails here
-
-        return Killer()
-
-
-KILLED: list = []
-
-
 def run_with_its_connection_killed_in_batch_2(db):
     """A recovery_job run (2 rows per batch) whose first area with two batches loses its
     connection in the second; the step's retry must finish. Returns (result, instance)."""
@@ -445,28 +403,6 @@ def test_a_deterministic_database_error_fails_at_once_naming_the_cause(pg_db):
     assert failure.step_key == step_key("recover_ghost_jobs")
     message = failure.step_failure_data.error.message
     assert "ReadOnlySqlTransaction (SQLSTATE 25006)" in message and "Not retried" in message
-
-
-def test_only_connection_level_and_contention_faults_count_as_transient():
-    from sqlalchemy.exc import OperationalError, ProgrammingError
-
-    from batch_pipeline.san.ops import is_transient
-
-    class Orig(Exception):
-        def __init__(self, sqlstate):
-            self.sqlstate = sqlstate
-
-    def pg_error(cls, sqlstate):
-        return cls("SELECT 1", {}, Orig(sqlstate))
-
-    assert is_transient(pg_error(OperationalError, "57P01"))  # admin shutdown: a killed connection
-    assert is_transient(pg_error(OperationalError, "55P03"))  # lock_timeout
-    assert is_transient(pg_error(OperationalError, "40P01"))  # deadlock
-    assert not is_transient(pg_error(ProgrammingError, "42501"))  # insufficient privilege
-    assert not is_transient(pg_error(ProgrammingError, "42703"))  # undefined column
-    assert not is_transient(pg_error(OperationalError, "25006"))  # read-only transaction
-    assert is_transient(ConnectionError("connection reset"))
-    assert not is_transient(ValueError("a bug"))
 
 
 def test_rows_with_timestamps_pandas_cannot_hold_are_still_judged_and_healed(pg_db):

@@ -8,7 +8,7 @@ from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE, detect_targets, reco
 from batch_pipeline.recovery.unwritten_tils import UNWRITTEN_TILS
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.tables import COMPLETED, FAILED, PENDING, TIL_GENERATION, daily_summaries
-from batch_pipeline_tests.recovery.test_jobs import latest_metadata, run_recovery
+from batch_pipeline_tests.runs import latest_metadata, run_recovery
 
 
 def detect(db):

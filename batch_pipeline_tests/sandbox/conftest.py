@@ -5,6 +5,7 @@ database, so a test's workers must not hear another test's jobs.
 """
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.sandbox.app_schema import SANDBOX_NICKNAME, init_sandbox
@@ -13,8 +14,6 @@ from batch_pipeline_tests.conftest import SanDb, pg_admin_url
 
 
 def pg_server_url() -> str:
-    from sqlalchemy.engine import make_url
-
     return make_url(pg_admin_url()).set(database="postgres").render_as_string(hide_password=False)
 
 

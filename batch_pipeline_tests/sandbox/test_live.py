@@ -13,7 +13,7 @@ from batch_pipeline.sandbox.demo import seed_demo_state
 from batch_pipeline.sandbox.faults import Faults
 from batch_pipeline.sandbox.live import LiveSettings, run_live
 from batch_pipeline_tests.conftest import SanDb
-from batch_pipeline_tests.recovery.test_jobs import run_recovery
+from batch_pipeline_tests.runs import run_recovery
 
 
 def test_a_living_sandbox_keeps_saving_working_and_failing_and_recovery_heals_it(

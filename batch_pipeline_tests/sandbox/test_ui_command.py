@@ -17,7 +17,8 @@ from sqlalchemy import func, select
 
 from batch_pipeline.san.database import create_san_engine, utc_now
 from batch_pipeline.san.tables import COMPLETED, PENDING, jobs, scraps
-from batch_pipeline_tests.processes import free_port, serving, wait_for
+from batch_pipeline.sandbox.processes import stop_group, wait_for
+from batch_pipeline_tests.processes import free_port, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -137,11 +138,7 @@ def test_make_run_serves_the_ui_on_a_living_sandbox(tmp_path):
                 "a fast_heal_job run requested by fast_heal_sensor",
             )
     finally:
-        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C, as a user stops `make run`
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+        stop_group(process, signal.SIGINT)  # Ctrl-C, as a user stops `make run`
         log.close()
         engine.dispose()
     # Ctrl-C stopped the sandbox too: no more scraps arrive

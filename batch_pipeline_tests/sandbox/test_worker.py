@@ -223,17 +223,6 @@ def test_a_job_that_raises_unexpectedly_fails_and_the_worker_goes_on(sandbox, mo
     assert sandbox.get_job(second[1]).status == COMPLETED
 
 
-def test_the_demo_state_gives_every_card_a_title(tmp_path):
-    from batch_pipeline.san.database import create_san_engine
-    from batch_pipeline.sandbox.demo import seed_demo_state
-
-    engine = create_san_engine(f"sqlite:///{tmp_path / 'demo.sqlite'}")
-    assert seed_demo_state(engine)["cards"] > 0
-    with engine.connect() as conn:
-        assert None not in conn.execute(select(app_knowledge_cards.c.title)).scalars().all()
-    engine.dispose()
-
-
 def test_first_attempts_only_faults_strike_the_app_s_first_job_and_spare_its_retry(sandbox):
     """time-to-heal's fault model: the app's announcement and first AI call fail, the fast
     lane's re-announcement and its retry (a new job) get through."""

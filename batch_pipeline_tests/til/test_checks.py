@@ -9,7 +9,7 @@ from batch_pipeline.definitions import defs
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.tables import daily_summaries
 from batch_pipeline.til.checks import TIL_DAY_TAG
-from batch_pipeline_tests.til.test_jobs import at, run_til
+from batch_pipeline_tests.runs import at, run_til
 
 DAY = "2026-11-28"
 

@@ -13,36 +13,10 @@ from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.tables import TIL_GENERATION
 from batch_pipeline_tests.conftest import job_notifications
+from batch_pipeline_tests.runs import at, run_til
 
 SEOUL = ZoneInfo("Asia/Seoul")
 NEW_YORK = ZoneInfo("America/New_York")
-
-
-def at(day: str, hour=12, minute=0, second=0, zone=SEOUL):
-    d = date.fromisoformat(day)
-    return datetime(d.year, d.month, d.day, hour, minute, second, tzinfo=zone).astimezone(UTC)
-
-
-def run_til(
-    db, partition_key, definitions=None, instance=None, dispatcher=None, config=None, tags=None
-):
-    instance = instance or DagsterInstance.ephemeral()
-    result = (
-        (definitions or defs)
-        .resolve_job_def("til_auto_generation_job")
-        .execute_in_process(
-            partition_key=partition_key,
-            tags=tags,
-            run_config={"ops": {"check_san_database": {"config": config or {}}}},
-            resources={
-                "san_database": SanDatabase(url=db.url),
-                "job_dispatcher": dispatcher or JobDispatcherResource(kind="none"),
-            },
-            instance=instance,
-            raise_on_error=False,
-        )
-    )
-    return result, instance
 
 
 def til_metadata(instance, partition):
@@ -380,26 +354,3 @@ def test_summaries_are_stamped_with_the_true_instant_on_a_dagster_instance_in_se
         with admin.connect() as conn:
             conn.execute(text(f"DROP DATABASE IF EXISTS {storage_db} WITH (FORCE)"))
         admin.dispose()
-
-
-def test_the_first_til_day_is_recent_by_default_and_a_setting(monkeypatch):
-    from batch_pipeline.til.partitions import FIRST_TIL_DAY, TilPartitionsConfigError
-
-    monkeypatch.delenv("SAN_TIL_FIRST_DAY", raising=False)
-    partitions = build_definitions().resolve_job_def("til_auto_generation_job").partitions_def
-    first = partitions.get_first_partition_key()
-    assert first == FIRST_TIL_DAY.isoformat()
-    monkeypatch.setenv("SAN_TIL_FIRST_DAY", "2026-11-20")
-    assert (
-        build_definitions()
-        .resolve_job_def("til_auto_generation_job")
-        .partitions_def.get_first_partition_key()
-        == "2026-11-20"
-    )
-    for wrong, named in (
-        ("20.11.2026", "is not a date YYYY-MM-DD"),
-        ("2999-01-01", "is in the future"),
-    ):
-        monkeypatch.setenv("SAN_TIL_FIRST_DAY", wrong)
-        with pytest.raises(TilPartitionsConfigError, match=f"SAN_TIL_FIRST_DAY='{wrong}' {named}"):
-            build_definitions()

@@ -20,7 +20,8 @@ from sqlalchemy import insert
 
 from batch_pipeline.san.database import create_san_engine, utc_now
 from batch_pipeline.san.tables import CARD_ANALYSIS, PENDING, jobs
-from batch_pipeline_tests.processes import free_port, serving, wait_for
+from batch_pipeline.sandbox.processes import start_group, stop_group, wait_for
+from batch_pipeline_tests.processes import free_port, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "ui"
@@ -42,11 +43,7 @@ def dagster_dev(tmp_path_factory):
     port = free_port()
     log = open(tmp / "dagster_dev.log", "w")
 
-    def default_signals():  # a background dagster dev ignores inherited-ignored SIGINT/SIGTERM
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-    process = subprocess.Popen(
+    process = start_group(
         [
             str(ROOT / ".venv" / "bin" / "python"),
             "-m",
@@ -63,8 +60,6 @@ def dagster_dev(tmp_path_factory):
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
-        preexec_fn=default_signals,
-        start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
 
@@ -72,11 +67,7 @@ def dagster_dev(tmp_path_factory):
         wait_for(lambda: serving(base), 120, "dagster dev to serve the UI")
         yield base, home, tmp / "data" / "san.sqlite"
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+        stop_group(process, signal.SIGTERM, grace_s=20)
         log.close()
 
 

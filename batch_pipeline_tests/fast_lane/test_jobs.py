@@ -26,7 +26,12 @@ from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.schema import create_recommended_indexes
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
 from batch_pipeline_tests.conftest import job_notifications
-from batch_pipeline_tests.recovery.test_jobs import latest_metadata, run_recovery
+from batch_pipeline_tests.runs import (
+    KILLED,
+    KillsItsOwnConnectionOnce,
+    latest_metadata,
+    run_recovery,
+)
 
 
 def resources(db, dispatcher="none", channel="san_jobs"):
@@ -213,7 +218,6 @@ def test_an_invalid_index_counts_as_missing(pg_db):
 def test_a_killed_connection_in_a_fast_heal_run_keeps_its_audit_trail_exact(pg_db):
     """The lane's retry detects anew, so the targets the failed attempt enqueued are no longer
     due: without the failed attempt's observation they would appear in no materialization."""
-    from batch_pipeline_tests.recovery.test_jobs import KILLED, KillsItsOwnConnectionOnce
 
     create_recommended_indexes(pg_db.engine)
     user = pg_db.user()

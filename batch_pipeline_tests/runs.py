@@ -1,0 +1,89 @@
+"""Helpers for tests that run batch_pipeline's jobs in process (execute_in_process, an
+ephemeral or given Dagster instance) and read their audit trail back."""
+
+from datetime import UTC, date, datetime
+from zoneinfo import ZoneInfo
+
+from dagster import AssetKey, DagsterInstance
+from sqlalchemy import text
+
+from batch_pipeline.definitions import defs
+from batch_pipeline.recovery.assets import recovery_run_config
+from batch_pipeline.san.database import create_san_engine
+from batch_pipeline.san.dispatch import Dispatcher
+from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
+
+SEOUL = ZoneInfo("Asia/Seoul")
+
+
+def run_recovery(db, instance=None, config=None, dispatcher=None, url=None):
+    instance = instance or DagsterInstance.ephemeral()
+    result = defs.resolve_job_def("recovery_job").execute_in_process(
+        run_config=recovery_run_config(config),
+        resources={
+            "san_database": SanDatabase(url=url or db.url),
+            "job_dispatcher": JobDispatcherResource(kind=dispatcher or "none"),
+        },
+        instance=instance,
+        raise_on_error=False,
+    )
+    return result, instance
+
+
+def latest_metadata(instance, area):
+    event = instance.get_latest_materialization_event(AssetKey(area))
+    assert event is not None, f"no materialization of {area}"
+    return {key: value.value for key, value in event.asset_materialization.metadata.items()}
+
+
+class KillsItsOwnConnectionOnce(JobDispatcherResource):
+    """The PostgreSQL backend of the run is terminated (pg_terminate_backend) inside batch 2."""
+
+    admin_url: str
+
+    def for_database(self, engine):
+        admin_url = self.admin_url
+
+        class Killer(Dispatcher):
+            calls = 0
+
+            def announce_in_transaction(self, conn, new_jobs):
+                Killer.calls += 1
+                if Killer.calls == 2 and not KILLED:
+                    KILLED.append(True)
+                    pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+                    with create_san_engine(admin_url).connect() as admin:
+                        admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+                    conn.execute(text("SELECT 1"))  # the dead connection fails here
+
+        return Killer()
+
+
+KILLED: list = []
+
+
+def at(day: str, hour=12, minute=0, second=0, zone=SEOUL):
+    d = date.fromisoformat(day)
+    return datetime(d.year, d.month, d.day, hour, minute, second, tzinfo=zone).astimezone(UTC)
+
+
+def run_til(
+    db, partition_key, definitions=None, instance=None, dispatcher=None, config=None, tags=None
+):
+    instance = instance or DagsterInstance.ephemeral()
+    result = (
+        (definitions or defs)
+        .resolve_job_def("til_auto_generation_job")
+        .execute_in_process(
+            partition_key=partition_key,
+            tags=tags,
+            run_config={"ops": {"check_san_database": {"config": config or {}}}},
+            resources={
+                "san_database": SanDatabase(url=db.url),
+                "job_dispatcher": dispatcher or JobDispatcherResource(kind="none"),
+            },
+            instance=instance,
+            raise_on_error=False,
+        )
+    )
+    return result, instance
