@@ -51,6 +51,20 @@ def schema_url(base: str, schema: str) -> str:
     )
 
 
+def with_session_defaults(url: str, options: str) -> str:
+    """`url` whose sessions start with `options` (`-c name=value ...`), as a role's or a
+    database's own defaults would (ALTER ROLE/DATABASE ... SET, which these tests cannot do on
+    the shared server)."""
+    parsed = make_url(url)
+    return parsed.update_query_dict(
+        {"options": f"{parsed.query.get('options', '')} {options}".strip()}
+    ).render_as_string(hide_password=False)
+
+
+# DateStyle 'SQL, DMY' as a role's default: psycopg then refuses every timestamp it reads.
+ODD_SESSION_DEFAULTS = "-cdatestyle=SQL,DMY -cintervalstyle=sql_standard -cextra_float_digits=-3"
+
+
 class SanDb:
     """A SAN database for one test, with small helpers to build a state and read it back."""
 

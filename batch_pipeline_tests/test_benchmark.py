@@ -84,13 +84,15 @@ def test_probe_only_prints_the_fast_lane_probe_and_its_plans():
     assert figures.summary_line() == f"probe_ms={figures.probe_ms:.1f}" and figures.probe_ms > 0
     assert not figures.times  # no pipeline runs
     probe_plans = [line for line in lines if "lane:" in line]
-    # unclaimed jobs + (failures, failed, never enqueued) per recovery
-    assert len(probe_plans) == 10, probe_plans
+    # the claim-latency sample, unclaimed jobs + (failures, failed, never enqueued) per recovery
+    assert len(probe_plans) == 11, probe_plans
+    [sample] = [line for line in probe_plans if "claim-latency sample" in line]
+    assert "Seq Scan" not in sample, sample  # a primary-key range
     [unclaimed] = [line for line in probe_plans if "unclaimed PENDING jobs" in line]
     assert "ix_san_jobs_active_created" in unclaimed and "Seq Scan" not in unclaimed, unclaimed
     failed = [line for line in probe_plans if " recent failures " in line]
     assert all("ix_san_jobs_failed_updated" in line for line in failed), failed
-    assert len([line for line in lines if "fast lane probe (one tick" in line]) == 1
+    assert len([line for line in lines if "fast lane tick (" in line]) == 1
 
 
 def test_the_app_guarantee_benchmark_runs_and_builds_the_index_it_measures():

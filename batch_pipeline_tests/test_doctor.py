@@ -5,6 +5,7 @@ from sqlalchemy import text
 from batch_pipeline.doctor import run_doctor
 from batch_pipeline.san.schema import app_guarantee_statement, create_recommended_indexes
 from batch_pipeline.san.tables import CARD_ANALYSIS, PENDING, PROCESSING
+from batch_pipeline_tests.conftest import ODD_SESSION_DEFAULTS, with_session_defaults
 
 
 def with_app_guarantee(db):
@@ -171,3 +172,43 @@ def test_a_role_that_may_only_read_is_not_ready_and_the_missing_grants_are_named
         with pg_db.engine.begin() as conn:
             conn.execute(text(f"DROP OWNED BY {role}"))
             conn.execute(text(f"DROP ROLE {role}"))
+
+
+def test_odd_session_defaults_are_a_note_not_a_traceback_and_a_read_only_role_is_named(
+    pg_db, monkeypatch
+):
+    """A role whose sessions start with DateStyle 'SQL, DMY': doctor completes every check
+    (the clock skew included), notes the setting, and stays ready."""
+    create_recommended_indexes(pg_db.engine)
+    with_app_guarantee(pg_db)
+    odd = with_session_defaults(pg_db.url, ODD_SESSION_DEFAULTS)
+    code, report = doctor(odd, monkeypatch)
+    assert code == 0 and report.endswith("ready"), report
+    assert "DateStyle = 'SQL, DMY'" in report and "they change nothing it reads" in report
+    assert "clock skew database - this server" in report and "Traceback" not in report
+    read_only = with_session_defaults(pg_db.url, "-cdefault_transaction_read_only=on")
+    code, report = doctor(read_only, monkeypatch)
+    assert code == 1 and "read-only (default_transaction_read_only = on)" in report
+
+
+def test_a_check_that_cannot_complete_is_a_finding_naming_it(pg_db, monkeypatch):
+    from batch_pipeline import doctor as doctor_module
+
+    def broken(conn):
+        """The clock skew between this server and the database."""
+        raise RuntimeError("the clock broke")
+
+    monkeypatch.setattr(
+        doctor_module,
+        "CONNECTED_CHECKS",
+        tuple(
+            broken if c is doctor_module.clock_finding else c
+            for c in doctor_module.CONNECTED_CHECKS
+        ),
+    )
+    code, report = doctor(pg_db.url, monkeypatch)
+    assert code == 1
+    assert (
+        "BAD  The clock skew between this server and the database: RuntimeError: the clock broke"
+        in report
+    )

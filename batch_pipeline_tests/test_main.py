@@ -4,6 +4,7 @@ from sqlalchemy import text
 
 from batch_pipeline.__main__ import main
 from batch_pipeline.san.indexes import RECOMMENDED_INDEXES
+from batch_pipeline_tests.conftest import ODD_SESSION_DEFAULTS, with_session_defaults
 
 
 def test_create_indexes_says_what_it_created_and_then_that_everything_is_there(san_db, capsys):
@@ -104,3 +105,9 @@ def test_show_indexes_offers_the_app_side_guarantee_as_a_comment_create_indexes_
             ).scalar_one()
             == 0
         )
+
+
+def test_create_indexes_works_for_a_role_whose_sessions_read_dates_the_sql_dmy_way(pg_db, capsys):
+    odd = with_session_defaults(pg_db.url, ODD_SESSION_DEFAULTS)
+    assert main(["create-indexes", "--database-url", odd]) == 0
+    assert "recommended indexes present" in capsys.readouterr().out

@@ -7,38 +7,42 @@ from datetime import datetime
 
 import psycopg
 
-from batch_pipeline.fast_lane.rules import (
-    APP_DEATH_CATCH_UP,
-    PROBE_INTERVAL,
-    LaneSettings,
+from batch_pipeline.fast_lane.announcements import (
+    REANNOUNCE_FLOOR,
     LaneWindow,
+    announcement_ages,
+    claim_sample_query,
     due_announcements_query,
-    failed_targets_query,
-    probe,
-    recent_failures,
 )
+from batch_pipeline.fast_lane.retries import failed_targets_query, recent_failures, unqueued_query
+from batch_pipeline.fast_lane.tick import PROBE_INTERVAL, LaneSettings, LaneState, lane_tick
 from batch_pipeline.recovery.registry import TARGET_RECOVERIES
-from batch_pipeline.recovery.targets import detect_query
 from batch_pipeline.san.database import create_san_engine, read_transaction
+from batch_pipeline.san.dispatch import Dispatcher
 
 PROBE_REPEATS = 20
 
 
+class Silent(Dispatcher):
+    """Announces nothing, but is not `none`: a tick reads all it would announce."""
+
+    kind = "bench"
+
+
 def probe_queries(conn, now: datetime, settings: LaneSettings = LaneSettings()):
-    """(name, SQLAlchemy statement) of every statement of one probe (`conn`: the recent
-    failures are read first, as the probe does)."""
+    """(name, SQLAlchemy statement) of every statement of one tick at its costliest (the one
+    that also reads the claim-latency sample; `conn`: the recent failures are read first, as the
+    tick does)."""
     window = LaneWindow(since=now - PROBE_INTERVAL, until=now)
-    yield "lane: unclaimed PENDING jobs", due_announcements_query(window, settings.ages)
-    grace_ends = now - settings.orphan_min_age
+    yield "lane: claim-latency sample", claim_sample_query()
+    yield (
+        "lane: unclaimed PENDING jobs",
+        due_announcements_query(window, announcement_ages(REANNOUNCE_FLOOR)),
+    )
     for recovery in TARGET_RECOVERIES:
         yield f"lane: {recovery.name} recent failures", recent_failures(recovery, now).distinct()
         yield f"lane: {recovery.name} failed", failed_targets_query(conn, recovery, now)
-        yield (
-            f"lane: {recovery.name} never enqueued",
-            detect_query(
-                recovery, created_before=grace_ends, created_since=grace_ends - APP_DEATH_CATCH_UP
-            ),
-        )
+        yield f"lane: {recovery.name} never enqueued", unqueued_query(recovery, now, settings.grace)
 
 
 def database_ms(conn: psycopg.Connection, sql: str, params: dict) -> float:
@@ -74,25 +78,20 @@ def probe_figures(
             sum(database_ms(conn, sql, params) for sql, params in statements)
             for _ in range(repeats + 1)
         )[:-1]  # the slowest (the cold first one) dropped
-        wall, found = [], None
+        wall, tick = [], None
         for _ in range(repeats + 1):  # the first one warms the connection pool
-            with read_transaction(engine) as sa_conn:
-                started = time.perf_counter()
-                found = probe(
-                    sa_conn,
-                    LaneWindow(since=now - PROBE_INTERVAL, until=now),
-                    LaneSettings(),
-                    TARGET_RECOVERIES,
-                )
-                wall.append((time.perf_counter() - started) * 1000)
+            state = LaneState(until=now - PROBE_INTERVAL)  # no estimate yet: the costliest tick
+            started = time.perf_counter()
+            tick = lane_tick(engine, Silent(), state, LaneSettings(), TARGET_RECOVERIES)
+            wall.append((time.perf_counter() - started) * 1000)
         wall = sorted(wall[1:])
         median_ms = in_database[len(in_database) // 2]
         out(
-            f"  fast lane probe (one tick, {repeats} runs): database time median {median_ms:.1f} "
-            "ms, max "
+            f"  fast lane tick ({repeats} runs): database time median {median_ms:.1f} ms, max "
             f"{in_database[-1]:.1f} ms; wall time in this process median "
-            f"{wall[len(wall) // 2]:.1f} ms; it found "
-            f"{found.announcements} jobs to re-announce, targets {found.retries}"
+            f"{wall[len(wall) // 2]:.1f} ms (the database's now, a claim-latency sample, every "
+            f"probe); it found {tick.announcements.detected} jobs to announce again, targets "
+            f"{tick.retries}"
         )
         return median_ms
     finally:

@@ -1,28 +1,26 @@
-"""The fast-heal run's config: the lane's rules as defaults (rules.py), validated by pydantic.
+"""The fast lane's settings: fast_heal_job's run config (the retries), validated by pydantic, and
+the two environment variables that change the defaults for the whole code location (the
+sensor's ticks and the runs it requests read the same values): SAN_REANNOUNCE=off for workers
+that do not claim with compare-and-set, and SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES for the lane's
+grace (default: the design's orphan_min_age_minutes)."""
 
-Two environment variables change the defaults for the code location (the sensor's probes and
-its runs read the same values): SAN_REANNOUNCE=off for workers that do not claim with
-compare-and-set, and SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES for the lane's grace (default: the
-design's orphan_min_age_minutes).
-"""
-
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from pydantic import Field
 
-from batch_pipeline.fast_lane.rules import (
+from batch_pipeline.fast_lane.retries import (
+    HEALTHY_RETRY_CEILING,
     MAX_ENQUEUE_PER_TICK,
-    REANNOUNCE_AFTER,
-    REANNOUNCEMENTS,
     RETRY_AFTER,
-    LaneSettings,
-    LaneWindow,
+    RETRY_BACKOFF_CEILING,
+    RETRY_GROWTH,
 )
-from batch_pipeline.recovery.ghost_jobs import STALE_PENDING_AFTER
+from batch_pipeline.fast_lane.tick import LaneSettings
 from batch_pipeline.recovery.plan import MAX_ATTEMPTS, RecoveryPolicy, minutes
 from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE
-from batch_pipeline.san.config import WriteConfig
-from batch_pipeline.san.settings import Setting
+from batch_pipeline.san.config import MAX_ATTEMPTS_CAP, MAX_JOBS_PER_RUN, WriteConfig
+from batch_pipeline.san.durations import in_words
+from batch_pipeline.san.settings import Setting, SettingError
 
 _SWITCH = {
     "on": True,
@@ -34,7 +32,6 @@ _SWITCH = {
     "0": False,
     "no": False,
 }
-
 
 SAN_REANNOUNCE = Setting(
     "SAN_REANNOUNCE",
@@ -56,9 +53,9 @@ SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES = Setting(
 def reannounce_default() -> bool:
     value = (SAN_REANNOUNCE.raw() or "on").lower()
     if value not in _SWITCH:
-        raise ValueError(
+        raise SettingError(
             f"SAN_REANNOUNCE={value!r} must be on or off (off: for workers that do not claim with "
-            "compare-and-set, see the README's worker contract)"
+            "compare-and-set, see the worker contract in docs/correctness.md)"
         )
     return _SWITCH[value]
 
@@ -69,93 +66,55 @@ def grace_default() -> int:
     )
 
 
-def _instant(value: str | None, name: str) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        instant = datetime.fromisoformat(value)
-    except ValueError as error:
-        raise ValueError(
-            f"{name}={value!r} is not an ISO 8601 instant, e.g. 2026-12-01T12:00:00+00:00"
-        ) from error
-    if instant.tzinfo is None:
-        raise ValueError(f"{name}={value!r} has no UTC offset (database time is an instant)")
-    return instant
-
-
 class FastHealConfig(WriteConfig):
-    """One fast-heal run (the sensor sets the window; everything else has the lane's defaults)."""
+    """One fast_heal_job run: the targets whose retry is due, and those the app never enqueued."""
 
-    window_since: str | None = Field(
-        default=None,
-        description="Start of the re-announcement window (ISO instant, database time), set by "
-        "fast_heal_sensor. Unset: 30 s before window_until.",
-    )
-    window_until: str | None = Field(
-        default=None,
-        description="End of the window, set by fast_heal_sensor. Unset: the database's now.",
-    )
-    reannounce: bool = Field(
-        default=reannounce_default(),
-        description="Announce unclaimed PENDING jobs again (SAN_REANNOUNCE). "
-        "Safe only for workers that claim with compare-and-set.",
-    )
-    reannounce_after_seconds: int = Field(
-        default=int(REANNOUNCE_AFTER.total_seconds()),
-        gt=0,
-        description="First re-announcement of an unclaimed PENDING job at this age; each next one "
-        "after twice the wait.",
-    )
-    reannouncements: int = Field(
-        default=REANNOUNCEMENTS,
-        ge=0,
-        description="At most this many re-announcements per job (before the ghost rule).",
-    )
-    stale_pending_after_minutes: int = Field(
-        default=minutes(STALE_PENDING_AFTER),
-        gt=0,
-        description="The ghost rule's PENDING threshold: no re-announcement at or after it.",
-    )
     retry_after_seconds: int = Field(
         default=int(RETRY_AFTER.total_seconds()),
         gt=0,
-        description="Next attempt of a failed target after this, doubling per attempt (at most 2 "
-        "h).",
+        le=int(RETRY_BACKOFF_CEILING.total_seconds()),
+        description=f"A failed target's next attempt this long after its failure, x"
+        f"{RETRY_GROWTH} with each attempt (+ up to 25 % jitter), at most "
+        f"{in_words(RETRY_BACKOFF_CEILING)}; at most {in_words(HEALTHY_RETRY_CEILING)} once a "
+        "job of the same type has succeeded since the failure.",
     )
     orphan_min_age_minutes: int = Field(
         default=grace_default(),
         gt=0,
+        le=MAX_LANE_GRACE_MINUTES,
         description="Grace: a target with no job at all is enqueued once it is this old "
         "(SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES).",
     )
     max_attempts: int = Field(
         default=MAX_ATTEMPTS,
         ge=0,
+        le=MAX_ATTEMPTS_CAP,
         description="Poison cap, as recovery_job's: no new job at this many attempts.",
     )
     max_enqueue_per_tick: int = Field(
         default=MAX_ENQUEUE_PER_TICK,
         gt=0,
-        description="At most this many new jobs per area and run, oldest first.",
+        le=MAX_JOBS_PER_RUN,
+        description="At most this many new jobs per area and run, oldest first (the rest: the "
+        "next runs).",
     )
 
-    def window(self, now: datetime) -> LaneWindow:
-        until = _instant(self.window_until, "window_until") or now
-        since = _instant(self.window_since, "window_since")
-        return LaneWindow.after(since, until)
-
-    def settings(self, announcing: bool = True) -> LaneSettings:
-        """The rules' settings; `announcing` False when the dispatcher announces nothing (none)."""
+    def lane_settings(self) -> LaneSettings:
         return LaneSettings(
-            reannounce=self.reannounce and announcing,
-            reannounce_after=timedelta(seconds=self.reannounce_after_seconds),
-            reannouncements=self.reannouncements,
-            stale_pending_after=timedelta(minutes=self.stale_pending_after_minutes),
+            reannounce=reannounce_default(),
             retry_after=timedelta(seconds=self.retry_after_seconds),
-            orphan_min_age=timedelta(minutes=self.orphan_min_age_minutes),
+            grace=timedelta(minutes=self.orphan_min_age_minutes),
             max_attempts=self.max_attempts,
-            max_enqueue_per_tick=self.max_enqueue_per_tick,
-            policy=RecoveryPolicy(
-                batch_size=self.batch_size, dry_run=self.dry_run, limits=self.write_limits
-            ),
+            max_enqueue=self.max_enqueue_per_tick,
+        )
+
+    @property
+    def policy(self) -> RecoveryPolicy:
+        """The retries' policy: the poison cap, the cap per run, batches, dry run, bounds."""
+        return RecoveryPolicy(
+            max_attempts=self.max_attempts,
+            max_enqueue_per_run=self.max_enqueue_per_tick,
+            batch_size=self.batch_size,
+            dry_run=self.dry_run,
+            limits=self.write_limits,
         )

@@ -3,6 +3,7 @@
 from dagster import AssetSelection, define_asset_job, in_process_executor
 
 from batch_pipeline.fast_lane.assets import fast_heal
+from batch_pipeline.recovery.cadence import RECOVERY_CRON
 
 FAST_HEAL_TAGS = {"dagster/max_runtime": "600"}  # run monitoring cancels a run stuck longer
 
@@ -11,8 +12,8 @@ fast_heal_job = define_asset_job(
     selection=AssetSelection.assets(fast_heal),
     executor_def=in_process_executor,
     tags=FAST_HEAL_TAGS,
-    description="The fast lane: re-announce unclaimed jobs, retry failed targets after a backoff, "
-    "enqueue targets "
-    "the app never enqueued, within minutes (requested by fast_heal_sensor; recovery_job still "
-    "runs every 2 h).",
+    description="The fast lane's writes: retry failed targets after a jittered backoff, enqueue "
+    "targets the app never enqueued, within seconds (requested by fast_heal_sensor, which also "
+    f"re-announces unclaimed jobs itself; recovery_job still runs at `{RECOVERY_CRON}` by "
+    "default).",
 )

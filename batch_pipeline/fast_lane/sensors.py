@@ -1,37 +1,48 @@
-"""fast_heal_sensor: every PROBE_INTERVAL, cheap indexed probes; a fast-heal run only when they
-find something to heal.
+"""fast_heal_sensor: the fast lane's clock. Every PROBE_INTERVAL one tick (tick.py): the jobs due
+are announced again by the sensor itself (a re-announcement changes no row: no run needed),
+recorded as a materialization of fast_lane_reannouncements; and when the probe finds targets to
+retry or enqueue, a fast_heal_job run is requested (one at a time).
 
-The cursor is the end of the last probed window (database time), so each step of the
-re-announcement schedule falls in exactly one window. A run still in flight holds the next
-window back (the cursor does not move), so a slow run is never doubled; `run_key` makes each
-request unique.
+Exact audit, bounded announcements: after a round is announced (its transaction committed, or
+Redis accepted it), the tick writes it to Dagster's own key-value storage before it returns. If
+the tick's result is then lost (the daemon died, the result could not be stored), the next tick
+finds a round newer than its cursor: it records that round's audit and carries on from where it
+stopped, instead of announcing the same window again.
 """
 
-from datetime import datetime
+import json
 
 from dagster import (
+    AssetMaterialization,
     DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
     RunsFilter,
     SensorEvaluationContext,
+    SensorResult,
     SkipReason,
     sensor,
 )
 from sqlalchemy.exc import SQLAlchemyError
 
-from batch_pipeline.fast_lane.assets import fast_heal
+from batch_pipeline.fast_lane.announcements import MAX_ANNOUNCEMENTS_PER_TICK
+from batch_pipeline.fast_lane.assets import REANNOUNCEMENTS_ASSET
 from batch_pipeline.fast_lane.config import FastHealConfig
 from batch_pipeline.fast_lane.jobs import fast_heal_job
-from batch_pipeline.fast_lane.rules import LANE_INDEXES, PROBE_INTERVAL, LaneWindow, probe
+from batch_pipeline.fast_lane.tick import PROBE_INTERVAL, LaneState, Tick, lane_tick
 from batch_pipeline.recovery.registry import TARGET_RECOVERIES
-from batch_pipeline.san.database import database_now, read_transaction, redacted
+from batch_pipeline.san.database import read_transaction, redacted
 from batch_pipeline.san.dialects import dialect
+from batch_pipeline.san.ops import as_metadata
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 
 PROBE_SECONDS = int(PROBE_INTERVAL.total_seconds())
+SENSOR_NAME = "fast_heal_sensor"
+# Dagster's daemon key-value storage: the last round this sensor announced, written before the
+# tick returns (see the module's docstring).
+LAST_ROUND_KEY = f"batch_pipeline/{SENSOR_NAME}/last_round"
 
-# What the tick's probe found (jobs + targets): a run is requested only when this is > 0.
+# What the tick's probe found (targets to retry or enqueue): a run is requested only when > 0.
 FOUND_TAG = "batch_pipeline/found"
 
 IN_FLIGHT = [
@@ -41,80 +52,148 @@ IN_FLIGHT = [
     DagsterRunStatus.STARTED,
 ]
 
+# Without these (valid) indexes every probe reads whole tables every PROBE_INTERVAL: the sensor
+# then runs the lane only while the tables are small enough for that to stay within a tick's
+# budget (SMALL_TABLES_BYTES: jobs, scraps and summaries together; measured by
+# `python -m bench.small_tables`: 1.6 MB of them cost ~6 ms a tick, 3.9 MB ~9 ms, 11 MB ~24 ms),
+# and otherwise skips, naming them, while recovery_job alone heals.
+SMALL_TABLES_BYTES = 2 * 2**20
+PROBED_TABLES = ("jobs", "scraps", "daily_summaries")
+LANE_INDEXES = (
+    "ix_san_jobs_active_created",
+    "ix_san_jobs_failed_updated",
+    "ix_san_jobs_target",
+    "ix_san_scraps_created_at",
+    "ix_san_scraps_unrefined_by_id",
+    "ix_san_daily_summaries_unwritten_by_id",
+)
 
-def run_config(window: LaneWindow) -> dict:
+
+def round_metadata(tick: Tick) -> dict:
     return {
-        "ops": {
-            fast_heal.op.name: {
-                "config": {
-                    "window_since": window.since.isoformat(),
-                    "window_until": window.until.isoformat(),
-                }
-            }
-        }
+        **tick.announcements.metadata(),
+        "round": tick.state.round,
+        "threshold_seconds": tick.state.threshold.total_seconds(),
+        **(
+            {"claim_latency_p99_seconds": round(tick.state.claim_p99.total_seconds(), 3)}
+            if tick.state.claim_p99
+            else {}
+        ),
+        "claims_sampled": tick.state.claims,
+        "window_since": tick.window.since.isoformat(),
+        "window_until": tick.window.until.isoformat(),
     }
 
 
+def last_round(context: SensorEvaluationContext) -> dict | None:
+    stored = context.instance.daemon_cursor_storage.get_cursor_values({LAST_ROUND_KEY})
+    return json.loads(stored[LAST_ROUND_KEY]) if stored.get(LAST_ROUND_KEY) else None
+
+
+def remember_round(context: SensorEvaluationContext, tick: Tick, metadata: dict) -> None:
+    context.instance.daemon_cursor_storage.set_cursor_values(
+        {
+            LAST_ROUND_KEY: json.dumps(
+                {"round": tick.state.round, "state": tick.state.to_json(), "metadata": metadata}
+            )
+        }
+    )
+
+
+def reannouncements_event(metadata: dict) -> AssetMaterialization:
+    return AssetMaterialization(asset_key=REANNOUNCEMENTS_ASSET, metadata=as_metadata(metadata))
+
+
 @sensor(
-    name="fast_heal_sensor",
+    name=SENSOR_NAME,
     job=fast_heal_job,
     minimum_interval_seconds=PROBE_SECONDS,
     default_status=DefaultSensorStatus.RUNNING,
-    description=f"The fast lane: every {PROBE_SECONDS} s, indexed probes for unclaimed PENDING "
-    "jobs, failed targets whose backoff "
-    "has passed and targets the app never enqueued; requests a fast_heal_job run only when one is "
-    "found (the "
-    "tick says why it skipped). Turn it off here to heal on recovery_job's cadence only.",
+    description=f"The fast lane: every {PROBE_SECONDS} s, indexed probes; it announces again the "
+    "PENDING jobs no worker claimed (recorded on fast_lane_reannouncements) and requests a "
+    "fast_heal_job run when failed targets are due for a retry or the app never enqueued a "
+    f"target (at most {MAX_ANNOUNCEMENTS_PER_TICK:,} announcements a tick; each tick says what it "
+    "did and why it skipped). Turn it off here to heal on recovery_job's cadence only.",
 )
 def fast_heal_sensor(
     context: SensorEvaluationContext,
     san_database: SanDatabase,
     job_dispatcher: JobDispatcherResource,
 ):
-    in_flight = context.instance.get_runs(
-        RunsFilter(job_name=fast_heal_job.name, statuses=IN_FLIGHT), limit=1
-    )
-    if in_flight:
-        return SkipReason(
-            f"fast_heal_job run {in_flight[0].run_id} is still healing; the next window waits for "
-            "it"
-        )
     config = FastHealConfig()
     engine = san_database.get_engine()
-    settings = config.settings(announcing=job_dispatcher.for_database(engine).kind != "none")
+    dispatcher = job_dispatcher.for_database(engine)
+    state = LaneState.from_json(context.cursor)
+    events = []
+    lost = last_round(context)
+    if lost is not None and lost["round"] > state.round:  # announced, but the tick's result lost
+        state = LaneState.from_json(lost["state"])
+        events.append(reannouncements_event({**lost["metadata"], "recorded_by_a_later_tick": True}))
     try:
         with read_transaction(engine, config.write_limits) as conn:
-            missing = dialect(conn).missing_valid_indexes(conn, LANE_INDEXES)
-            if not missing:
-                now = database_now(conn)
-                window = LaneWindow.after(
-                    datetime.fromisoformat(context.cursor) if context.cursor else None, now
-                )
-                found = probe(conn, window, settings, TARGET_RECOVERIES)
+            sql = dialect(conn)
+            missing = sql.missing_valid_indexes(conn, LANE_INDEXES)
+            size = sql.table_bytes(conn, PROBED_TABLES) if missing else 0
+        if missing and size > SMALL_TABLES_BYTES:
+            san_database.open_verified(config.write_limits)  # no SAN tables: that is the problem
+            return SensorResult(
+                skip_reason=SkipReason(
+                    f"the fast lane is off: the recommended indexes {', '.join(missing)} are "
+                    f"missing or invalid, and without them every probe would read whole tables "
+                    f"({size / 2**20:.1f} MB, more than the {SMALL_TABLES_BYTES / 2**20:g} MB a "
+                    f"tick can read every {PROBE_SECONDS} s). Run `python -m batch_pipeline "
+                    "create-indexes`; recovery_job heals meanwhile."
+                ),
+                cursor=state.to_json(),
+                asset_events=events,
+            )
+        tick = lane_tick(
+            engine,
+            dispatcher,
+            state,
+            config.lane_settings(),
+            TARGET_RECOVERIES,
+            config.write_limits,
+        )
     except SQLAlchemyError as error:
         # The tick fails (red in the UI) with the cause named: the schema check says which
         # table or column is missing; otherwise the database's own first line.
         san_database.open_verified(config.write_limits)
         first_line = (str(getattr(error, "orig", error)).strip().splitlines() or [""])[0]
         raise RuntimeError(
-            f"fast_heal_sensor cannot probe the SAN database at {redacted(engine.url)}: "
-            f"{first_line}"
+            f"{SENSOR_NAME} cannot probe the SAN database at {redacted(engine.url)}: {first_line}"
         ) from error
-    if missing:
-        # no SAN tables at all: that is the problem to name
-        san_database.open_verified(config.write_limits)
-        return SkipReason(
-            f"the fast lane is off: the recommended indexes {', '.join(missing)} are missing or "
-            "invalid, and "
-            f"without them every probe would read whole tables every {PROBE_SECONDS} s. Run "
-            "`python -m batch_pipeline "
-            "create-indexes`; recovery_job heals meanwhile."
+    if tick.announcements.detected:
+        metadata = round_metadata(tick)
+        remember_round(context, tick, metadata)
+        events.append(reannouncements_event(metadata))
+    run_requests, skip_reason = [], None
+    if tick.retries_due:
+        in_flight = context.instance.get_runs(
+            RunsFilter(job_name=fast_heal_job.name, statuses=IN_FLIGHT), limit=1
         )
-    context.update_cursor(window.until.isoformat())
-    if not found.anything_to_heal:
-        return SkipReason(f"nothing to heal ({found.summary()})")
-    return RunRequest(
-        run_key=f"fast_heal:{window.until.isoformat()}",
-        run_config=run_config(window),
-        tags={FOUND_TAG: str(found.found), "batch_pipeline/fast_lane": found.summary()[:200]},
+        if in_flight:
+            skip_reason = (
+                f"{tick.summary()}; fast_heal_job run {in_flight[0].run_id} is still healing: the "
+                "next tick asks again"
+            )
+        else:
+            run_requests.append(
+                RunRequest(
+                    run_key=f"fast_heal:{tick.now.isoformat()}",
+                    tags={
+                        FOUND_TAG: str(tick.retries_due),
+                        "batch_pipeline/fast_lane": tick.summary()[:200],
+                    },
+                )
+            )
+    elif not tick.announcements.detected:
+        skip_reason = f"nothing to heal ({tick.summary()})"
+    else:
+        skip_reason = tick.summary()
+    return SensorResult(
+        run_requests=run_requests,
+        skip_reason=SkipReason(skip_reason) if skip_reason and not run_requests else None,
+        cursor=tick.state.to_json(),
+        asset_events=events,
     )

@@ -45,6 +45,7 @@ from batch_pipeline.sandbox.processes import stop_group
 from batch_pipeline.sandbox.scratch import scratch_database
 from batch_pipeline.sandbox.time_to_heal import (
     TIME_TO_HEAL_FAULTS,
+    WORLDS,
     ExperimentSettings,
     run_experiment,
 )
@@ -163,8 +164,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=TIME_TO_HEAL_FAULTS.reannouncement_lost,
         help="probability that a re-announcement is lost (default 0: the fast lane's NOTIFY "
-        "commits with "
-        "its transaction, only the app's own announcement is ever lost; 0.3: each drawn afresh)",
+        "commits with its transaction, only the app's own announcement is ever lost; 0.3: each "
+        "drawn afresh)",
+    )
+    heal.add_argument(
+        "--world",
+        choices=WORLDS,
+        default="default",
+        help="default: the faults above; slow-workers: workers busy, claiming 5 s (p50) to 20 s "
+        "(p99) after an event; outage: every AI call fails for 10 minutes, then the service "
+        "recovers",
     )
     live = with_url("live", "a living SAN, until Ctrl-C")
     live.add_argument("--tick-seconds", type=float, default=2.0)
@@ -292,13 +301,13 @@ def time_to_heal(args, faults: Faults) -> int:
     faults = faults.model_copy(
         update={"first_attempts_only": TIME_TO_HEAL_FAULTS.first_attempts_only}
     )
-
     settings = ExperimentSettings(
         save_minutes=args.save_minutes,
         heal_deadline_minutes=args.deadline_minutes,
         scraps_per_minute=args.scraps_per_minute,
         grace_minutes=args.grace_minutes,
         faults=faults,
+        world=args.world,
     )
     with scratch_database(args.server_url) as url:
         engine = create_san_engine(url)
@@ -307,13 +316,7 @@ def time_to_heal(args, faults: Faults) -> int:
         engine.dispose()
     print()
     print(figures.report())
-    return (
-        0
-        if figures.unhealed.empty
-        and figures.max_active_per_target <= 1
-        and all(figures.targets().values())
-        else 1
-    )
+    return 0 if all(figures.targets().values()) else 1
 
 
 class Supervised:

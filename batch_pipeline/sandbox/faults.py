@@ -7,8 +7,13 @@ scheduling of the processes.
 """
 
 import hashlib
+import math
+from statistics import NormalDist
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# The standard normal quantile of p99: a lognormal's p99 is median x e^(2.326 sigma).
+P99_Z = NormalDist().inv_cdf(0.99)
 
 
 class Faults(BaseModel):
@@ -56,11 +61,35 @@ class Faults(BaseModel):
         "attempt); "
         "a re-announcement follows reannouncement_lost.",
     )
+    claim_delay_median_s: float = Field(
+        0.0,
+        ge=0.0,
+        le=600.0,
+        description="Busy workers: each announcement heard is claimed after "
+        "a delay drawn from a lognormal with this median (0: at once).",
+    )
+    claim_delay_p99_s: float = Field(
+        0.0, ge=0.0, le=3600.0, description="... and this p99 (at least the median)."
+    )
+    ai_down_from: float | None = Field(
+        None, description="An outage: every AI call fails from this instant (epoch seconds) ..."
+    )
+    ai_down_until: float | None = Field(None, description="... until this one.")
     seed: int = Field(0, description="Same seed, same faults.")
+
+    @model_validator(mode="after")
+    def _delays_and_outage_in_order(self) -> "Faults":
+        if self.claim_delay_median_s and self.claim_delay_p99_s < self.claim_delay_median_s:
+            raise ValueError("claim_delay_p99_s must be at least claim_delay_median_s")
+        if (self.ai_down_from is None) != (self.ai_down_until is None) or (
+            self.ai_down_from is not None and self.ai_down_until < self.ai_down_from
+        ):
+            raise ValueError("an outage needs ai_down_from <= ai_down_until, both or neither")
+        return self
 
     @classmethod
     def convergence_rates(cls, seed: int = 0) -> "Faults":
-        """The rates of the convergence test (issue 6)."""
+        """The rates of the convergence experiment (docs/reliability.md)."""
         return cls(
             event_lost=0.20,
             app_dies_before_enqueue=0.05,
@@ -78,13 +107,30 @@ class Faults(BaseModel):
         knob = "event_lost" if self.reannouncement_lost is None else "reannouncement_lost"
         return self.happens(knob, f"{job_id}:{delivery}")
 
+    def claim_delay(self, job_id: int, delivery: int) -> float:
+        """Seconds a busy worker takes to claim the `delivery`-th announcement of a job it heard:
+        lognormal (median, p99), drawn per (job, delivery); 0 when workers are not busy."""
+        if not self.claim_delay_median_s:
+            return 0.0
+        sigma = math.log(self.claim_delay_p99_s / self.claim_delay_median_s) / P99_Z
+        uniform = self._draw("claim_delay", f"{job_id}:{delivery}")
+        z = NormalDist().inv_cdf(min(max(uniform, 1e-9), 1 - 1e-9))
+        return self.claim_delay_median_s * math.exp(sigma * z)
+
+    def ai_down(self, at: float) -> bool:
+        """Whether the AI service is down at this instant (epoch seconds)."""
+        return self.ai_down_from is not None and self.ai_down_from <= at < self.ai_down_until
+
+    def _draw(self, knob: str, key: int | str) -> float:
+        digest = hashlib.blake2b(f"{self.seed}:{knob}:{key}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") / 2**64
+
     def happens(self, knob: str, key: int | str) -> bool:
         """Whether fault `knob` strikes the thing identified by `key` (a job or scrap id)."""
         probability = getattr(self, knob)
         if probability <= 0.0:
             return False
-        digest = hashlib.blake2b(f"{self.seed}:{knob}:{key}".encode(), digest_size=8).digest()
-        return int.from_bytes(digest, "big") / 2**64 < probability
+        return self._draw(knob, key) < probability
 
     @property
     def attempt_failure_rate(self) -> float:

@@ -17,6 +17,7 @@ The contract (README, "For SAN's worker authors"):
    cannot add a second card. Nothing is doubled, whichever finishes first.
 """
 
+import heapq
 import logging
 import time
 from collections import deque
@@ -145,6 +146,10 @@ class ReferenceWorker:
         )
         # (due, job_id, job_type, target_id)
         self._slow: deque[tuple[float, int, str, int]] = deque()
+        # busy workers (Faults.claim_delay): announcements heard, claimed later; (due, job_id)
+        self._claims: list[tuple[float, int]] = []
+        self._claim_pending: set[int] = set()
+        self.first_lost: set[int] = set()  # jobs whose first announcement was lost
 
     # -- the loop -------------------------------------------------------------------------
     def drain(self, idle_s: float = 0.3, reset: bool = True) -> WorkerStats:
@@ -157,6 +162,7 @@ class ReferenceWorker:
         while job_ids := self.events.next_job_ids(idle_s):
             for job_id in job_ids:
                 self.handle(job_id)
+        self.claim_due(due_before=float("inf"))
         return self.stats
 
     def take_backlog(self, newest_first: bool = False) -> int:
@@ -179,9 +185,21 @@ class ReferenceWorker:
         require_sandbox(self.engine)
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            for job_id in self.events.next_job_ids(poll_s):
+            wait = min(
+                poll_s,
+                max(0.01, (self._claims[0][0] - time.monotonic()) if self._claims else poll_s),
+            )
+            for job_id in self.events.next_job_ids(wait):
                 self.handle(job_id)
+            self.claim_due(due_before=time.monotonic())
             self.finish_slow_jobs(due_before=time.monotonic())
+
+    def claim_due(self, due_before: float) -> None:
+        """Claim the announcements a busy worker heard whose delay has passed."""
+        while self._claims and self._claims[0][0] <= due_before:
+            _due, job_id = heapq.heappop(self._claims)
+            self._claim_pending.discard(job_id)
+            self.claim_and_run(job_id)
 
     def finish_slow_jobs(self, due_before: float) -> None:
         while self._slow and self._slow[0][0] <= due_before:
@@ -202,7 +220,18 @@ class ReferenceWorker:
         ):
             self.stats.lost_events += 1
             self.stats.lost_job_ids.append(job_id)
+            if delivery == 1:
+                self.first_lost.add(job_id)
             return
+        delay = self.faults.claim_delay(job_id, delivery) if announced else 0.0
+        if delay > 0:  # a busy worker: heard now, claimed later (once, however often it hears it)
+            if job_id not in self._claim_pending:
+                self._claim_pending.add(job_id)
+                heapq.heappush(self._claims, (time.monotonic() + delay, job_id))
+            return
+        self.claim_and_run(job_id)
+
+    def claim_and_run(self, job_id: int) -> None:
         with self.engine.begin() as conn:
             claimed = claim_job(conn, job_id, utc_now())
         if claimed is None:
@@ -243,6 +272,8 @@ class ReferenceWorker:
                 work = self.read_input(conn, job_type, target_id)
             if self.faults.happens("ai_fails", job_id) and self.strikes(job_id):
                 raise ai.AiCallFailed("the AI server returned 503 (sandbox fault)")
+            if self.faults.ai_down(time.time()):
+                raise ai.AiCallFailed("the AI server is down (sandbox fault: an outage)")
             result = work()  # the AI call, outside any transaction
         except (ai.AiCallFailed, TargetMissing) as error:
             self.fail(job_id, str(error))

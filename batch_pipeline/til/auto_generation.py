@@ -7,9 +7,10 @@ card came at 00:40 counts for D. Users whose scraps of D have no card yet are no
 are reported as waiting for cards.
 
 A TIL is created even if the user already has one for D (the design allows several per day),
-but one run never creates two for the same user: a run's summaries carry the run's start
-instant as `created_at`, so a retried op or a run re-executed from failure finds the users it
-already did and skips them.
+but one run never creates two for the same user: a run's summaries all carry one instant as
+`created_at`, the database's clock when the run first wrote (kept as a tag of the run, see
+til/ops.py), so a retried op or a run re-executed from failure finds the users it already did
+and skips them.
 """
 
 from collections.abc import Sequence
@@ -91,8 +92,8 @@ class SummariesOfDay:
     users_with_an_earlier_til: set[int]  # users with a summary of D from another run
 
 
-def summaries_of_day(conn: Connection, day: date, run_started_at: datetime) -> SummariesOfDay:
-    this_run = (daily_summaries.c.created_at == run_started_at).label("this_run")
+def summaries_of_day(conn: Connection, day: date, summaries_created_at: datetime) -> SummariesOfDay:
+    this_run = (daily_summaries.c.created_at == summaries_created_at).label("this_run")
     rows = named_rows(
         conn.execute(
             select(daily_summaries.c.user_id, daily_summaries.c.id, this_run).where(
@@ -122,7 +123,9 @@ def jobs_of_summaries(conn: Connection, summary_ids: Sequence[int]) -> list[int]
     return sorted(conn.execute(query).scalars())
 
 
-def summaries_source(user_ids: Sequence[int], day: date, run_started_at: datetime) -> JobSource:
+def summaries_source(
+    user_ids: Sequence[int], day: date, summaries_created_at: datetime
+) -> JobSource:
     """A batch of new summaries as the enqueue path's source: the inserted rows are the
     targets of their TIL_GENERATION jobs, created in the same statement (PostgreSQL) or
     transaction, so a summary never exists without its job.
@@ -133,7 +136,7 @@ def summaries_source(user_ids: Sequence[int], day: date, run_started_at: datetim
     key check locks them anyway; a delete committed within the insert statement itself still
     fails its batch, which the step's retry then writes without that user.)"""
     values = {
-        "constants": {"target_date": day, "created_at": run_started_at},
+        "constants": {"target_date": day, "created_at": summaries_created_at},
         "id_columns": {"user_id": list(user_ids)},
         "returning": ["id", "user_id"],
         "referenced": {"user_id": users.c.id},
@@ -158,14 +161,14 @@ def create_batch(
     conn: Connection,
     user_ids: Sequence[int],
     day: date,
-    run_started_at: datetime,
+    summaries_created_at: datetime,
     now: datetime,
     notify_channel: str | None = None,
 ) -> BatchWritten[TilBatch]:
     """One transaction: the summaries and their TIL_GENERATION jobs, for the users still there."""
     outcome = enqueue(
         conn,
-        summaries_source(user_ids, day, run_started_at),
+        summaries_source(user_ids, day, summaries_created_at),
         now=now,
         max_attempts=0,
         notify_channel=notify_channel,
@@ -182,7 +185,7 @@ class TilReport:
     day_start_utc: datetime
     day_end_utc: datetime
     dry_run: bool
-    run_started_at: datetime
+    summaries_created_at: datetime
     active_users: int = 0
     users_waiting_for_cards: int = 0
     already_done_in_run: int = 0
@@ -214,7 +217,7 @@ class TilReport:
                 summary_ids=self.summary_ids, job_ids=self.job_ids, users_gone_ids=self.users_gone
             ),
             # Every summary of this run, whatever the cap: target_date = day AND created_at = this.
-            "summaries_created_at": self.run_started_at.isoformat(),
+            "summaries_created_at": self.summaries_created_at.isoformat(),
             "day_start_utc": self.day_start_utc.isoformat(),
             "day_end_utc": self.day_end_utc.isoformat(),
         }
@@ -227,7 +230,7 @@ def create_daily_tils(
     *,
     day: date,
     bounds: tuple[datetime, datetime],
-    run_started_at: datetime,
+    summaries_created_at: datetime,
     now: datetime,
     batch_size: int,
     dry_run: bool = False,
@@ -248,7 +251,7 @@ def create_daily_tils(
         day_start_utc=bounds[0],
         day_end_utc=bounds[1],
         dry_run=dry_run,
-        run_started_at=run_started_at,
+        summaries_created_at=summaries_created_at,
         active_users=len(active),
         users_waiting_for_cards=int((users["card_count"] == 0).sum()),
     )
@@ -256,7 +259,7 @@ def create_daily_tils(
     earlier_jobs: list[int] = []
     if earlier_attempt_possible or count_earlier_tils:
         with read_transaction(engine, limits) as conn:
-            there = summaries_of_day(conn, day, run_started_at)
+            there = summaries_of_day(conn, day, summaries_created_at)
             if earlier_attempt_possible:
                 done = there.done_in_run
                 earlier_jobs = jobs_of_summaries(conn, sorted(done.values()))
@@ -273,7 +276,7 @@ def create_daily_tils(
         todo,
         batch_size,
         lambda conn, batch: create_batch(
-            conn, batch, day, run_started_at, now, dispatcher.statement_channel
+            conn, batch, day, summaries_created_at, now, dispatcher.statement_channel
         ),
         limits,
     )

@@ -1,6 +1,6 @@
 """Dagster ops of til_auto_generation_job: thin wrappers over til/auto_generation.py."""
 
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 
 from dagster import (
     AssetMaterialization,
@@ -13,7 +13,7 @@ from dagster import (
     op,
 )
 
-from batch_pipeline.san.database import database_now, read_transaction, utc_now
+from batch_pipeline.san.database import database_now, read_transaction
 from batch_pipeline.san.memory import paused_gc
 from batch_pipeline.san.ops import (
     DATABASE_RETRY,
@@ -56,18 +56,30 @@ def day_window(context: OpExecutionContext) -> tuple[datetime, datetime]:
     )
 
 
-def run_started_at(context: OpExecutionContext) -> datetime:
-    """The start instant of the run's root run: stable across op retries and re-executions.
+# The tag of a TIL run (its root run, for a re-execution) that holds the instant its summaries
+# carry as created_at.
+SUMMARIES_CREATED_AT_TAG = "batch_pipeline/summaries_created_at"
 
-    From the record's `start_time` (a POSIX timestamp from the run's start event), not its
-    `create_timestamp`: Dagster's run storage keeps that one as a naive timestamp in its
-    database's zone and reads it back as UTC, 9 h in the future on an instance in Asia/Seoul."""
+
+def summaries_created_at(
+    context: OpExecutionContext, engine, dry_run: bool
+) -> tuple[datetime, bool]:
+    """The instant every summary of this run carries as `created_at`, and whether an earlier
+    attempt may have used it already. The database's clock (as every timestamp batch_pipeline
+    writes into SAN's tables: a host ahead by 2 h would stamp summaries 2 h in the future, and
+    the lane and recovery_job would misjudge their age by as much), taken once, when the run
+    first writes, and kept as a tag of the run's root: a retried op and a re-executed run read
+    it back and find their own summaries. A dry run writes nothing and keeps no tag."""
     run: DagsterRun = context.run
     root_id = run.tags.get(ROOT_RUN_ID_TAG, run.run_id)
-    record = context.instance.get_run_record_by_id(root_id)
-    if record is not None and record.start_time is not None:
-        return datetime.fromtimestamp(record.start_time, tz=UTC)
-    return utc_now()  # not started yet (cannot happen inside its own op): now, once
+    root = context.instance.get_run_by_id(root_id)  # read again: a retry's tags are fresh
+    kept = root.tags.get(SUMMARIES_CREATED_AT_TAG) if root is not None else None
+    if kept:
+        return datetime.fromisoformat(kept), True
+    now = database_now(engine)
+    if not dry_run:
+        context.instance.add_run_tags(root_id, {SUMMARIES_CREATED_AT_TAG: now.isoformat()})
+    return now, False
 
 
 @op(
@@ -101,19 +113,21 @@ def create_daily_tils(
     engine = san_database.get_engine()
     day = partition_day(context)
     with retried_only_if_transient(), paused_gc():
+        created_at, earlier_attempt_possible = summaries_created_at(
+            context, engine, settings.dry_run
+        )
         report = auto_generation.create_daily_tils(
             engine,
             job_dispatcher.for_database(engine),
             users,
             day=day,
             bounds=day_window(context),
-            run_started_at=run_started_at(context),
+            summaries_created_at=created_at,
             now=database_now(engine),
             batch_size=settings.batch_size,
             dry_run=settings.dry_run,
             limits=settings.write_limits,
-            earlier_attempt_possible=context.retry_number > 0
-            or ROOT_RUN_ID_TAG in context.run.tags,
+            earlier_attempt_possible=earlier_attempt_possible,
             # what an operator must see before (dry run) and in a backfill: who gets a second TIL
             count_earlier_tils=settings.dry_run or BACKFILL_TAG in context.run.tags,
         )

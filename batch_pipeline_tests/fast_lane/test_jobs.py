@@ -1,31 +1,42 @@
-"""The fast lane in Dagster: fast_heal_sensor's ticks and fast_heal_job's materializations,
-against a real SAN database and a real Dagster instance."""
+"""The fast lane in Dagster: fast_heal_sensor's ticks (they announce again themselves, and
+record it) and fast_heal_job's runs (the retries), against a real SAN database and a real Dagster
+instance."""
 
+import json
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from dagster import (
     AssetKey,
+    AssetMaterialization,
     DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
+    Failure,
     RunRequest,
-    SkipReason,
     build_sensor_context,
 )
+from sqlalchemy import text
 
 from batch_pipeline.definitions import defs
 from batch_pipeline.fast_lane.assets import REANNOUNCEMENTS_ASSET, RETRIES_ASSET
 from batch_pipeline.fast_lane.config import FastHealConfig, grace_default, reannounce_default
 from batch_pipeline.fast_lane.jobs import fast_heal_job
-from batch_pipeline.fast_lane.rules import LaneWindow
-from batch_pipeline.fast_lane.sensors import FOUND_TAG, fast_heal_sensor, run_config
+from batch_pipeline.fast_lane.sensors import FOUND_TAG, LAST_ROUND_KEY, fast_heal_sensor
+from batch_pipeline.fast_lane.tick import LaneState
 from batch_pipeline.recovery.config import RecoveryConfig
+from batch_pipeline.san.database import create_san_engine
+from batch_pipeline.san.dialects.postgresql import missing_valid_indexes
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.schema import create_recommended_indexes
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
-from batch_pipeline_tests.conftest import job_notifications
+from batch_pipeline_tests.conftest import (
+    ODD_SESSION_DEFAULTS,
+    SanDb,
+    job_notifications,
+    with_session_defaults,
+)
 from batch_pipeline_tests.runs import (
     KILLED,
     KillsItsOwnConnectionOnce,
@@ -41,13 +52,15 @@ def resources(db, dispatcher="none", channel="san_jobs"):
     }
 
 
-def tick(db, instance, cursor=None, dispatcher="none", indexes=True):
+def tick(db, instance, cursor=None, dispatcher="none", channel="san_jobs", indexes=True):
+    """One evaluation of the sensor; (its result, the cursor after it)."""
     if indexes:  # as a production database has them (the sensor probes only with them)
         create_recommended_indexes(db.engine)
     with build_sensor_context(
-        instance=instance, cursor=cursor, resources=resources(db, dispatcher)
+        instance=instance, cursor=cursor, resources=resources(db, dispatcher, channel)
     ) as context:
-        return fast_heal_sensor(context), context.cursor
+        result = fast_heal_sensor(context)
+        return result, result.cursor if result.cursor is not None else context.cursor
 
 
 def failed_scrap(db, failed_ago=timedelta(minutes=3)):
@@ -62,69 +75,112 @@ def failed_scrap(db, failed_ago=timedelta(minutes=3)):
     return scrap
 
 
+def unclaimed(db):
+    """A PENDING job whose event was lost, 12 s old: due at the 10 s step."""
+    return db.job(CARD_ANALYSIS, 10_000, created_at=db.now - timedelta(seconds=12))
+
+
+def recent_start(db):
+    """A cursor whose window starts 5 s before now."""
+    return LaneState(until=db.now - timedelta(seconds=5)).to_json()
+
+
 def test_a_tick_with_nothing_to_heal_requests_no_run_and_says_why(san_db):
-    instance = DagsterInstance.ephemeral()
-    result, cursor = tick(san_db, instance)
-    assert isinstance(result, SkipReason) and result.skip_message.startswith("nothing to heal")
-    assert datetime.fromisoformat(cursor)  # the next window starts where this one ended
+    result, cursor = tick(san_db, DagsterInstance.ephemeral())
+    assert result.skip_reason.skip_message.startswith("nothing to heal")
+    assert result.run_requests == [] and result.asset_events == []
+    assert LaneState.from_json(cursor).until is not None  # the next window starts here
 
 
-def test_a_tick_that_finds_a_failed_target_requests_one_run_with_its_window(san_db):
+def test_a_tick_that_finds_a_failed_target_requests_one_run(san_db):
     failed_scrap(san_db)
-    instance = DagsterInstance.ephemeral()
-    request, cursor = tick(san_db, instance)
-    assert isinstance(request, RunRequest)
-    assert request.run_key == f"fast_heal:{cursor}"
-    assert request.run_config["ops"]["fast_heal"]["config"]["window_until"] == cursor
+    result, _cursor = tick(san_db, DagsterInstance.ephemeral())
+    [request] = result.run_requests
+    assert isinstance(request, RunRequest) and request.run_key.startswith("fast_heal:")
     assert request.tags[FOUND_TAG] == "1"  # what the probe found, for the audit of the lane's runs
 
 
-def test_while_a_fast_heal_run_is_in_flight_the_sensor_waits_and_keeps_its_window(san_db):
-    failed_scrap(san_db)
+def test_the_sensor_announces_again_itself_and_records_it_without_a_run(pg_db):
+    job = unclaimed(pg_db)
+    instance = DagsterInstance.ephemeral()
+    with job_notifications(pg_db) as heard:
+        result, cursor = tick(
+            pg_db, instance, recent_start(pg_db), dispatcher="pg_notify", channel=heard.channel
+        )
+    assert [event["job_id"] for event in heard] == [job]
+    assert result.run_requests == []  # a re-announcement writes no row: no run
+    [event] = result.asset_events
+    assert isinstance(event, AssetMaterialization) and event.asset_key == AssetKey(
+        REANNOUNCEMENTS_ASSET
+    )
+    metadata = {key: value.value for key, value in event.metadata.items()}
+    assert (metadata["announced"], metadata["announced_job_ids"]) == (1, [job])
+    assert metadata["threshold_seconds"] == 10 and metadata["round"] == 1
+    assert LaneState.from_json(cursor).round == 1
+    stored = json.loads(
+        instance.daemon_cursor_storage.get_cursor_values({LAST_ROUND_KEY})[LAST_ROUND_KEY]
+    )
+    assert stored["round"] == 1
+
+
+def test_a_round_whose_tick_result_was_lost_is_recorded_by_the_next_and_not_announced_again(pg_db):
+    """The first tick announces (committed) but its result never reaches the daemon's storage
+    (the daemon dies): the next tick starts from the old cursor."""
+    job = unclaimed(pg_db)
+    instance = DagsterInstance.ephemeral()
+    old_cursor = recent_start(pg_db)
+    with job_notifications(pg_db) as heard:
+        first, _lost = tick(
+            pg_db, instance, old_cursor, dispatcher="pg_notify", channel=heard.channel
+        )
+        second, cursor = tick(
+            pg_db, instance, old_cursor, dispatcher="pg_notify", channel=heard.channel
+        )
+    assert [event["job_id"] for event in heard] == [job]  # once, not twice
+    [recorded] = second.asset_events
+    metadata = {key: value.value for key, value in recorded.metadata.items()}
+    assert metadata["recorded_by_a_later_tick"] is True and metadata["announced_job_ids"] == [job]
+    assert LaneState.from_json(cursor).round == 1
+
+
+def test_while_a_fast_heal_run_is_in_flight_no_second_run_but_announcements_go_on(pg_db):
+    failed_scrap(pg_db)
+    job = unclaimed(pg_db)
     instance = DagsterInstance.ephemeral()
     instance.add_run(
         DagsterRun(
             job_name=fast_heal_job.name, run_id=str(uuid.uuid4()), status=DagsterRunStatus.STARTED
         )
     )
-    result, cursor = tick(san_db, instance, cursor="2026-01-01T00:00:00+00:00")
-    assert isinstance(result, SkipReason) and "still healing" in result.skip_message
-    assert cursor == "2026-01-01T00:00:00+00:00"
+    with job_notifications(pg_db) as heard:
+        result, cursor = tick(
+            pg_db, instance, recent_start(pg_db), dispatcher="pg_notify", channel=heard.channel
+        )
+    assert result.run_requests == [] and "still healing" in result.skip_reason.skip_message
+    assert [event["job_id"] for event in heard] == [job]
+    assert LaneState.from_json(cursor).until > LaneState.from_json(recent_start(pg_db)).until
 
 
-def run_fast_heal(db, instance, window=None, dispatcher="none", channel="san_jobs", config=None):
-    run_conf = run_config(window) if window else {"ops": {"fast_heal": {"config": {}}}}
-    run_conf["ops"]["fast_heal"]["config"].update(config or {})
-    result = defs.resolve_job_def(fast_heal_job.name).execute_in_process(
-        run_config=run_conf,
+def run_fast_heal(db, instance, dispatcher="none", channel="san_jobs", config=None):
+    return defs.resolve_job_def(fast_heal_job.name).execute_in_process(
+        run_config={"ops": {"fast_heal": {"config": config or {}}}},
         resources=resources(db, dispatcher, channel),
         instance=instance,
         raise_on_error=False,
     )
-    return result
 
 
-def test_a_fast_heal_run_re_announces_and_retries_and_records_both_on_its_assets(pg_db):
+def test_a_fast_heal_run_retries_and_records_it_on_its_asset(pg_db):
     scrap = failed_scrap(pg_db)
-    unclaimed = pg_db.job(
-        CARD_ANALYSIS, pg_db.scrap(pg_db.user()), created_at=pg_db.now - timedelta(seconds=70)
-    )
     instance = DagsterInstance.ephemeral()
-    window = LaneWindow(since=pg_db.now - timedelta(seconds=30), until=pg_db.now)
     with job_notifications(pg_db) as heard:
-        result = run_fast_heal(
-            pg_db, instance, window, dispatcher="pg_notify", channel=heard.channel
-        )
+        result = run_fast_heal(pg_db, instance, dispatcher="pg_notify", channel=heard.channel)
     assert result.success
-    new_job = [job for job in pg_db.jobs(status=PENDING) if job.target_id == scrap]
-    assert len(new_job) == 1
-    assert sorted(event["job_id"] for event in heard) == sorted([unclaimed, new_job[0].id])
-    announced = latest_metadata(instance, REANNOUNCEMENTS_ASSET)
-    assert announced["announced"] == 1 and announced["announced_job_ids"] == [unclaimed]
-    assert 60 <= announced["heal_age_max_seconds"] < 120
+    [new_job] = [job for job in pg_db.jobs(status=PENDING) if job.target_id == scrap]
+    assert [event["job_id"] for event in heard] == [new_job.id]
     retried = latest_metadata(instance, RETRIES_ASSET)
     assert retried["enqueued"] == 1 and retried["recovered"] == [
-        {"area": "orphan_scrap_recovery", "scrap_id": scrap, "new_job_id": new_job[0].id}
+        {"area": "orphan_scrap_recovery", "scrap_id": scrap, "new_job_id": new_job.id}
     ]
     # seconds since the failure, not since the save
     assert 170 <= retried["heal_age_median_seconds"] < 300
@@ -156,7 +212,6 @@ def test_recovery_job_materializations_carry_the_time_the_healed_targets_waited(
 def test_the_lane_and_recovery_job_share_their_defaults():
     lane, recovery = FastHealConfig(), RecoveryConfig()
     assert lane.max_attempts == recovery.max_attempts
-    assert lane.stale_pending_after_minutes == recovery.stale_pending_after_minutes
     assert lane.orphan_min_age_minutes == recovery.orphan_min_age_minutes
 
 
@@ -168,40 +223,36 @@ def test_the_switches_are_read_from_the_environment_and_a_bad_value_names_itself
         reannounce_default()
     monkeypatch.setenv("SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES", "2")
     assert grace_default() == 2
-    monkeypatch.setenv("SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES", "-1")
-    with pytest.raises(ValueError, match="SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES='-1'"):
-        grace_default()
-
-
-def test_a_window_without_a_utc_offset_is_refused_by_name():
-    with pytest.raises(ValueError, match="window_until='2026-01-01T00:00:00' has no UTC offset"):
-        FastHealConfig(window_until="2026-01-01T00:00:00").window(datetime.now().astimezone())
+    for wrong in ("-1", "0", "100000000"):
+        monkeypatch.setenv("SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES", wrong)
+        with pytest.raises(ValueError, match=f"SAN_FAST_LANE_ORPHAN_MIN_AGE_MINUTES='{wrong}'"):
+            grace_default()
 
 
 def test_a_tick_on_a_database_without_the_san_tables_fails_naming_what_is_missing(tmp_path):
-    from dagster import Failure
-
-    from batch_pipeline.san.database import create_san_engine
-    from batch_pipeline_tests.conftest import SanDb
-
     url = f"sqlite:///{tmp_path / 'empty.sqlite'}"
     empty = SanDb(url, create_san_engine(url), "sqlite")
     with pytest.raises(Failure, match="jobs"):
         tick(empty, DagsterInstance.ephemeral(), indexes=False)
 
 
-def test_without_its_indexes_the_lane_stays_off_on_postgresql_and_names_them(pg_db):
-    failed_scrap(pg_db)  # something to heal, but probing it would read whole tables
+def test_without_its_indexes_the_lane_runs_on_small_tables_and_stays_off_on_larger_ones(
+    pg_db, monkeypatch
+):
+    from batch_pipeline.fast_lane import sensors
+
+    scrap = failed_scrap(pg_db)  # something to heal
+    result, _cursor = tick(pg_db, DagsterInstance.ephemeral(), indexes=False)
+    assert [request.tags[FOUND_TAG] for request in result.run_requests] == ["1"]  # tiny: reads all
+    assert scrap
+    monkeypatch.setattr(sensors, "SMALL_TABLES_BYTES", 1024)  # as if the tables had grown
     result, cursor = tick(pg_db, DagsterInstance.ephemeral(), indexes=False)
-    assert isinstance(result, SkipReason) and "ix_san_jobs_failed_updated" in result.skip_message
-    assert "create-indexes" in result.skip_message and cursor is None
+    message = result.skip_reason.skip_message
+    assert "ix_san_jobs_failed_updated" in message and "create-indexes" in message
+    assert result.run_requests == [] and LaneState.from_json(cursor).round == 0
 
 
 def test_an_invalid_index_counts_as_missing(pg_db):
-    from sqlalchemy import text
-
-    from batch_pipeline.san.dialects.postgresql import missing_valid_indexes
-
     create_recommended_indexes(pg_db.engine)
     with pg_db.engine.begin() as conn:  # what an interrupted CREATE INDEX CONCURRENTLY leaves
         conn.execute(
@@ -249,3 +300,35 @@ def test_a_killed_connection_in_a_fast_heal_run_keeps_its_audit_trail_exact(pg_d
     assert sorted(r["new_job_id"] for r in retried["recovered"]) == sorted(
         j.id for s in saved for j in pg_db.jobs(target_id=s)
     )
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("retry_after_seconds", 10**9),
+        ("orphan_min_age_minutes", 10**9),
+        ("max_attempts", 10**9),
+        ("max_enqueue_per_tick", 10**12),
+        ("batch_size", 0),
+    ],
+)
+def test_a_run_config_value_out_of_range_fails_before_any_write_naming_the_field(
+    san_db, field, value
+):
+    failed_scrap(san_db)
+    before = san_db.jobs()
+    result = run_fast_heal(san_db, DagsterInstance.ephemeral(), config={field: value})
+    assert not result.success and san_db.jobs() == before
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    error = failure.step_failure_data.error
+    assert field in error.message + (error.cause.message if error.cause else "")
+
+
+def test_a_role_whose_sessions_read_dates_the_sql_dmy_way_still_probes_and_announces(pg_db):
+    job = unclaimed(pg_db)
+    odd = SanDb(with_session_defaults(pg_db.url, ODD_SESSION_DEFAULTS), pg_db.engine, "postgres")
+    with job_notifications(pg_db) as heard:
+        result, _cursor = tick(
+            odd, DagsterInstance.ephemeral(), recent_start(pg_db), "pg_notify", heard.channel
+        )
+    assert [event["job_id"] for event in heard] == [job] and result.asset_events

@@ -20,7 +20,13 @@ from batch_pipeline.san.tables import (
     SCRAP_REFINE,
     TIL_GENERATION,
 )
-from batch_pipeline_tests.conftest import PG_WRITE_PATHS, job_notifications, san_database_on_path
+from batch_pipeline_tests.conftest import (
+    ODD_SESSION_DEFAULTS,
+    PG_WRITE_PATHS,
+    job_notifications,
+    san_database_on_path,
+    with_session_defaults,
+)
 from batch_pipeline_tests.runs import (
     KILLED,
     KillsItsOwnConnectionOnce,
@@ -169,6 +175,15 @@ def failure_message(result) -> str:
         ("batch_size", 50_001),
         ("lock_timeout_ms", 0),
         ("statement_timeout_ms", -1),
+        # beyond what the arithmetic holds: now - 10**8 hours is before year 1
+        ("scrap_lookback_hours", 10**8),
+        ("stale_pending_after_minutes", 10**9),
+        ("stale_processing_after_minutes", 10**9),
+        ("orphan_min_age_minutes", 10**9),
+        ("max_attempts", 10**9),
+        ("max_enqueue_per_run", 10**12),
+        ("lock_timeout_ms", 10**12),
+        ("statement_timeout_ms", 10**12),
     ],
 )
 def test_an_invalid_threshold_fails_first_naming_the_field(san_db, field, value):
@@ -446,3 +461,29 @@ def test_rows_with_timestamps_pandas_cannot_hold_are_still_judged_and_healed(pg_
     assert [
         pair["scrap_id"] for pair in latest_metadata(instance, "orphan_scrap_recovery")["recovered"]
     ] == [orphan]
+
+
+def test_a_role_whose_sessions_read_dates_the_sql_dmy_way_heals_as_any_other(pg_db):
+    """DateStyle 'SQL, DMY' (and odd IntervalStyle, extra_float_digits) as the role's defaults:
+    every transaction reads in ISO, so detection and the writes go on."""
+    ghost = pg_db.job(CARD_ANALYSIS, 1, PENDING, created_at=pg_db.ago(hours=1))
+    result, instance = run_recovery(
+        pg_db, url=with_session_defaults(pg_db.url, ODD_SESSION_DEFAULTS)
+    )
+    assert result.success
+    assert pg_db.get_job(ghost).status == FAILED
+    assert latest_metadata(instance, "ghost_job_recovery")["enqueued"] == 1
+
+
+def test_the_per_run_cap_defers_the_newest_and_the_next_runs_reach_every_target(san_db):
+    """No target is starved by the cap: each run takes the oldest, so a deferred target only
+    moves up, and ceil(n / cap) runs reach all of them."""
+    user = san_db.user()
+    orphans = [san_db.scrap(user, created_at=san_db.ago(hours=10 - n)) for n in range(5)]
+    healed = []
+    for _run in range(3):
+        result, instance = run_recovery(san_db, config={"max_enqueue_per_run": 2})
+        assert result.success
+        audit = latest_metadata(instance, "orphan_scrap_recovery")
+        healed.append([pair["scrap_id"] for pair in audit["recovered"]])
+    assert healed == [orphans[:2], orphans[2:4], orphans[4:]]

@@ -30,7 +30,7 @@ def create(
     users,
     day=D,
     zone="Asia/Seoul",
-    run_started_at=None,
+    summaries_created_at=None,
     dispatcher=None,
     batch_size=1000,
     dry_run=False,
@@ -41,7 +41,7 @@ def create(
         users,
         day=day,
         bounds=day_bounds(day, zone),
-        run_started_at=run_started_at or db.now,
+        summaries_created_at=summaries_created_at or db.now,
         now=db.now,
         batch_size=batch_size,
         dry_run=dry_run,
@@ -115,8 +115,8 @@ def test_a_card_made_after_midnight_counts_for_the_scrap_day(san_db):
 def test_a_user_who_already_has_a_til_for_the_day_gets_another(san_db):
     user = san_db.user()
     san_db.scrap(user, created_at=at(D, 9), card=True)
-    create(san_db, users_of(san_db), run_started_at=san_db.now - timedelta(hours=1))
-    create(san_db, users_of(san_db), run_started_at=san_db.now)
+    create(san_db, users_of(san_db), summaries_created_at=san_db.now - timedelta(hours=1))
+    create(san_db, users_of(san_db), summaries_created_at=san_db.now)
     assert [s.user_id for s in san_db.summaries()] == [user, user]
 
 
@@ -129,14 +129,14 @@ def test_a_retried_run_does_not_give_anyone_a_second_summary(san_db):
         create(
             san_db,
             users_of(san_db),
-            run_started_at=started,
+            summaries_created_at=started,
             dispatcher=DiesOnBatch(2),
             batch_size=2,
         )
     assert len(san_db.summaries()) == 2  # batch 1 committed whole, batch 2 rolled back
     assert len(san_db.jobs()) == 2
 
-    retry = create(san_db, users_of(san_db), run_started_at=started, batch_size=2)
+    retry = create(san_db, users_of(san_db), summaries_created_at=started, batch_size=2)
     # the report covers both attempts: the 2 summaries of the failed one, the retry's 3
     assert (retry.already_done_in_run, retry.summaries_created, retry.jobs_created) == (2, 5, 5)
     assert sorted(retry.summary_ids) == [s.id for s in san_db.summaries()]
@@ -158,7 +158,7 @@ def test_the_audit_lists_ids_up_to_the_limit_and_says_how_to_find_them_all(san_d
     for user in users:
         san_db.scrap(user, created_at=at(D, 12), card=True)
     started = san_db.now - timedelta(seconds=1)
-    meta = create(san_db, users_of(san_db), run_started_at=started).metadata()
+    meta = create(san_db, users_of(san_db), summaries_created_at=started).metadata()
 
     assert meta["summaries_created"] == 3 and meta["ids_truncated"] is True
     summaries = san_db.summaries()

@@ -354,3 +354,31 @@ def test_summaries_are_stamped_with_the_true_instant_on_a_dagster_instance_in_se
         with admin.connect() as conn:
             conn.execute(text(f"DROP DATABASE IF EXISTS {storage_db} WITH (FORCE)"))
         admin.dispose()
+
+
+def test_summaries_carry_the_databases_clock_on_a_host_two_hours_ahead(san_db, monkeypatch):
+    """The Dagster host's clock is 2 h ahead (every time.time() of the run and its events): the
+    summaries are still stamped with the database's now, so their age, which the fast lane and
+    recovery_job judge with the database's clock, is right; a retry still finds them."""
+    import time as time_module
+
+    from sqlalchemy import text
+
+    real_time = time_module.time
+    monkeypatch.setattr(time_module, "time", lambda: real_time() + 7200)
+    user = san_db.user()
+    san_db.scrap(user, created_at=at("2026-11-28", 9), card=True)
+    with san_db.engine.connect() as conn:
+        before = conn.execute(text("SELECT CURRENT_TIMESTAMP")).scalar_one()
+    result, instance = run_til(san_db, "2026-11-28")
+    assert result.success
+    [summary] = san_db.summaries()
+    created = summary.created_at.replace(tzinfo=summary.created_at.tzinfo or UTC)
+    before = (
+        datetime.fromisoformat(str(before)).replace(tzinfo=UTC)
+        if isinstance(before, str)
+        else before
+    )
+    assert abs((created - before.astimezone(UTC)).total_seconds()) < 60  # not 2 h ahead
+    run = instance.get_run_by_id(result.run_id)
+    assert datetime.fromisoformat(run.tags["batch_pipeline/summaries_created_at"]) == created

@@ -77,6 +77,9 @@ class Dialect(Protocol):
     def run_index_statements(self, engine: Engine, statements: Sequence[str]) -> None:
         """Run index DDL the way this database builds indexes without blocking the app."""
 
+    def table_bytes(self, conn: Connection, table_names: Sequence[str]) -> int:
+        """The tables' size on disk, together, from the catalog (no table is read)."""
+
     def column_type_problem(self, declared: Column, found: Any) -> str | None:
         """What is wrong with a column's reflected type for batch_pipeline, or None."""
 

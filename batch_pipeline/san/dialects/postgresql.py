@@ -274,6 +274,17 @@ def run_index_statements(engine: Engine, statements: Sequence[str]) -> None:
             conn.execute(text(statement))
 
 
+def table_bytes(conn: Connection, table_names: Sequence[str]) -> int:
+    """pg_total_relation_size: heap, TOAST and indexes."""
+    return conn.execute(
+        text(
+            "SELECT coalesce(sum(pg_total_relation_size(to_regclass(name))), 0) "
+            "FROM unnest(CAST(:names AS text[])) AS name"
+        ),
+        {"names": list(table_names)},
+    ).scalar_one()
+
+
 def column_type_problem(declared: Column, found) -> str | None:
     """A column batch_pipeline reads as an instant (TIMESTAMPTZ) that the database holds as a
     wall-clock time (TIMESTAMP WITHOUT TIME ZONE): every age would be off by an offset."""

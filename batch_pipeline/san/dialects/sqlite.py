@@ -104,6 +104,13 @@ def run_index_statements(engine: Engine, statements: Sequence[str]) -> None:
             conn.execute(text(statement))
 
 
+def table_bytes(conn: Connection, table_names: Sequence[str]) -> int:
+    """The whole database file: SQLite keeps every table in it (no size per table without the
+    dbstat extension)."""
+    pages = conn.exec_driver_sql("PRAGMA page_count").scalar_one()
+    return pages * conn.exec_driver_sql("PRAGMA page_size").scalar_one()
+
+
 def column_type_problem(declared: Column, found) -> str | None:
     """SQLite reflects no time zone: it stores what the pipeline writes, UTC text."""
     return None

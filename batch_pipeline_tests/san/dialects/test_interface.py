@@ -127,6 +127,23 @@ def test_the_index_ddl_builds_every_recommended_index_and_the_catalog_sees_it(sa
         assert sql.missing_valid_indexes(conn, names) == names[:1]
 
 
+def test_the_tables_size_grows_with_their_rows(san_db):
+    sql = dialect(san_db.engine)
+    with san_db.engine.begin() as conn:
+        empty = sql.table_bytes(conn, ["jobs", "scraps"])
+    with san_db.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO jobs (job_type, target_id, status, created_at, updated_at) "
+                "SELECT 'CARD_ANALYSIS', 1, 'COMPLETED', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP "
+                "FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < "
+                "3000) SELECT i FROM n) AS numbers"
+            )
+        )
+    with san_db.engine.begin() as conn:
+        assert sql.table_bytes(conn, ["jobs", "scraps"]) > empty > 0
+
+
 def test_session_defaults_privileges_and_column_types_answer_without_error(san_db):
     sql = dialect(san_db.engine)
     with san_db.engine.begin() as conn:

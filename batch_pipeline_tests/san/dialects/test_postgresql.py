@@ -2,7 +2,6 @@
 caches of the catalog probes, the array literal."""
 
 from sqlalchemy import select, text
-from sqlalchemy.engine import make_url
 
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
 from batch_pipeline.recovery.targets import detect_targets
@@ -11,15 +10,7 @@ from batch_pipeline.san.dialects import postgresql
 from batch_pipeline.san.limits import WriteLimits
 from batch_pipeline.san.schema import create_recommended_indexes
 from batch_pipeline.san.tables import scraps
-
-
-def with_session_options(db, options: str):
-    """An engine whose sessions start with `options` (as a role's or database's defaults
-    would): `-c name=value ...`."""
-    url = make_url(db.url)
-    return create_san_engine(
-        url.update_query_dict({"options": f"{url.query['options']} {options}"})
-    )
+from batch_pipeline_tests.conftest import ODD_SESSION_DEFAULTS, with_session_defaults
 
 
 def test_a_non_iso_datestyle_default_changes_nothing_batch_pipeline_reads(pg_db):
@@ -27,7 +18,7 @@ def test_a_non_iso_datestyle_default_changes_nothing_batch_pipeline_reads(pg_db)
     reads: "can't parse timestamptz"): every transaction reads in ISO, detection included."""
     saved = pg_db.ago(hours=3)
     scrap = pg_db.scrap(pg_db.user(), created_at=saved)
-    engine = with_session_options(pg_db, "-cdatestyle=SQL,DMY -cintervalstyle=sql_standard")
+    engine = create_san_engine(with_session_defaults(pg_db.url, ODD_SESSION_DEFAULTS))
     try:
         with engine.connect() as conn:  # any transaction, not only read/write_transaction
             stored = conn.execute(
