@@ -1,10 +1,14 @@
-"""Command line: `python -m batch_pipeline COMMAND [--database-url URL]`.
+"""Command line: `python -m batch_pipeline COMMAND [--database-url URL] ...`.
 
 create-schema    create the SAN tables in an empty database (embedded default, demos, tests)
 create-indexes   apply the recommended indexes and drop superseded ones (idempotent;
                  CONCURRENTLY on PostgreSQL)
 show-indexes     print the index DDL without running it
 doctor           is the SAN database ready? tables, columns, indexes, clock skew, dispatcher
+explain          the story of one scrap, summary or job: its jobs, the verdict of the
+                 recoveries' rules now, every Dagster run that touched it (reads only)
+redrive          one more job, beyond max_attempts, for exhausted targets (a dry run unless
+                 --apply; recorded as a redrive_job run in the Dagster instance)
 """
 
 import argparse
@@ -14,6 +18,7 @@ import sys
 from sqlalchemy.exc import SQLAlchemyError
 
 from batch_pipeline.doctor import run_doctor
+from batch_pipeline.recovery.registry import TARGET_RECOVERIES
 from batch_pipeline.san.database import (
     SanConnectionError,
     check_connection,
@@ -22,6 +27,7 @@ from batch_pipeline.san.database import (
     read_transaction,
     redacted,
 )
+from batch_pipeline.san.errors import first_line as first_line_of
 from batch_pipeline.san.schema import (
     SanSchemaError,
     app_guarantee_statement,
@@ -30,6 +36,8 @@ from batch_pipeline.san.schema import (
     index_statements,
     verify_schema,
 )
+from batch_pipeline.support.cli import explain_command, redrive_command
+from batch_pipeline.support.touches import KINDS
 
 # Printed as a comment: piping show-indexes into psql must not build it (SAN's team decides).
 APP_GUARANTEE_NOTE = """
@@ -46,20 +54,63 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "command", choices=["create-schema", "create-indexes", "show-indexes", "doctor"]
-    )
-    parser.add_argument(
+    database = argparse.ArgumentParser(add_help=False)
+    database.add_argument(
         "--database-url",
         default=os.environ.get("SAN_DATABASE_URL") or embedded_database_url(),
         help="SQLAlchemy URL (default: SAN_DATABASE_URL, else the embedded SQLite file)",
     )
-    parser.add_argument(
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    create = commands.add_parser("create-schema", parents=[database], help="create the SAN tables")
+    create.add_argument(
         "--add-missing-tables",
         action="store_true",
-        help="create-schema: create only the missing tables of a database that holds some already",
+        help="create only the missing tables of a database that holds some already",
     )
+    for name, words in (
+        ("create-indexes", "apply the recommended indexes"),
+        ("show-indexes", "print the index DDL"),
+        ("doctor", "is the SAN database ready?"),
+    ):
+        commands.add_parser(name, parents=[database], help=words)
+    story = commands.add_parser("explain", parents=[database], help="one target's story")
+    story.add_argument("kind", choices=KINDS, help="what the id is")
+    story.add_argument("id", type=positive_id, help="its id in SAN's database")
+    story.add_argument("--json", action="store_true", help="JSON, for machines")
+    again = commands.add_parser(
+        "redrive", parents=[database], help="another job for exhausted targets"
+    )
+    again.add_argument("--area", required=True, choices=[r.area for r in TARGET_RECOVERIES])
+    again.add_argument(
+        "--ids", type=id_list, default=[], help="only these target ids (comma-separated)"
+    )
+    again.add_argument(
+        "--failed-since",
+        default="",
+        help="only targets whose latest failure is at or after this ISO 8601 date or date-time",
+    )
+    again.add_argument(
+        "--error-contains", default="", help="only targets whose latest error contains this"
+    )
+    again.add_argument("--limit", type=int, help="at most this many targets (default 100)")
+    again.add_argument("--max-attempts", type=int, help="the cap they reached (default 10)")
+    again.add_argument("--reason", default="", help="why, for the audit trail")
+    again.add_argument("--apply", action="store_true", help="enqueue (default: a dry run)")
+    again.add_argument("--json", action="store_true", help="the audit entry as JSON")
     args = parser.parse_args(argv)
+    if args.command == "explain":
+        return explain_command(args.database_url, args.kind, args.id, args.json)
+    if args.command == "redrive":
+        options = {
+            "area": args.area,
+            "target_ids": args.ids,
+            "failed_since": args.failed_since,
+            "error_message_contains": args.error_contains,
+            "limit": args.limit,
+            "max_attempts": args.max_attempts,
+            "reason": args.reason,
+        }
+        return redrive_command(args.database_url, options, args.apply, args.json)
     if args.command == "doctor":
         return run_doctor(args.database_url)
     try:
@@ -98,7 +149,7 @@ def create_indexes(engine) -> int:
         return 2
     except SQLAlchemyError as error:
         cause = getattr(error, "orig", error)
-        first_line = (str(cause).strip().splitlines() or [""])[0]
+        first_line = first_line_of(cause)
         sqlstate = getattr(cause, "sqlstate", None)
         hint = {
             "42501": "the role may not create indexes on these tables: run it as their owner",
@@ -128,6 +179,20 @@ def create_indexes(engine) -> int:
         print(f"{label}: {', '.join(names) if names else '-'}")
     print(f"recommended indexes present at {redacted(engine.url)}")
     return 0
+
+
+def positive_id(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an id (a whole number)") from None
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an id (ids are positive)")
+    return number
+
+
+def id_list(value: str) -> list[int]:
+    return [positive_id(part.strip()) for part in value.split(",") if part.strip()]
 
 
 if __name__ == "__main__":

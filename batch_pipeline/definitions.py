@@ -12,9 +12,10 @@ from batch_pipeline.fast_lane import definitions as fast_lane
 from batch_pipeline.operations import definitions as operations
 from batch_pipeline.recovery import definitions as recovery
 from batch_pipeline.san.resources import san_resources
+from batch_pipeline.support import definitions as support
 from batch_pipeline.til import definitions as til
 
-DOMAINS = (recovery, fast_lane, til, operations, alerts)
+DOMAINS = (recovery, fast_lane, til, support, operations, alerts)
 
 
 def build_definitions() -> Definitions:

@@ -36,6 +36,7 @@ from batch_pipeline.san.dispatch import (
     build_dispatcher,
     redact_secrets,
 )
+from batch_pipeline.san.errors import first_line
 from batch_pipeline.san.schema import (
     SanSchemaError,
     app_guarantee_index,
@@ -138,7 +139,7 @@ def guarded(engine, check: Callable) -> list[Finding]:
         with read_transaction(engine) as conn:
             return check(conn)
     except SQLAlchemyError as error:  # bounded waits: a locked table is reported, not waited on
-        reason = (str(getattr(error, "orig", None) or error).strip().splitlines() or [""])[0]
+        reason = first_line(error)
         return [
             Finding(
                 False,

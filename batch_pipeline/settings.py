@@ -10,6 +10,7 @@ forgotten in one of them.
 import argparse
 import re
 import sys
+from enum import Enum
 from pathlib import Path
 
 from annotated_types import Ge, Gt, Le, Lt
@@ -34,6 +35,7 @@ from batch_pipeline.san.dispatch import (
 )
 from batch_pipeline.san.settings import Setting
 from batch_pipeline.san.timezone import SAN_TIMEZONE
+from batch_pipeline.support.config import ExplainConfig, RedriveConfig
 from batch_pipeline.til.config import TilConfig
 from batch_pipeline.til.partitions import SAN_TIL_FIRST_DAY
 
@@ -60,6 +62,8 @@ RUN_CONFIGS: tuple[tuple[str, str, type[BaseModel]], ...] = (
     ("recovery_job", "ops.run_recovery.config", RecoveryConfig),
     ("fast_heal_job", "ops.fast_heal.config", FastHealConfig),
     ("til_auto_generation_job", "ops.check_san_database.config", TilConfig),
+    ("explain_job", "ops.explain_target.config", ExplainConfig),
+    ("redrive_job", "ops.redrive.config", RedriveConfig),
 )
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
@@ -93,17 +97,30 @@ def _bounds(field) -> str:
     return ", ".join(parts)
 
 
-def _default(value) -> str:
+def _default(field) -> str:
+    if field.is_required():
+        return "required"
+    value = field.default
     if value is None:
         return "unset"
+    if value == "" or value == []:
+        return "empty"
     return f"`{str(value).lower() if isinstance(value, bool) else value}`"
+
+
+def _allowed(field) -> str:
+    """The bounds, or an enum's choices."""
+    kind = field.annotation
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return ", ".join(f"`{member.value}`" for member in kind)
+    return _bounds(field)
 
 
 def run_config_table(config: type[BaseModel]) -> str:
     rows = ["| field | default | allowed | meaning |", "|---|---|---|---|"]
     for name, field in config.model_fields.items():
         meaning = field.description or ""
-        rows.append(f"| `{name}` | {_default(field.default)} | {_bounds(field)} | {meaning} |")
+        rows.append(f"| `{name}` | {_default(field)} | {_allowed(field)} | {meaning} |")
     return "\n".join(rows)
 
 

@@ -1,17 +1,26 @@
 """Helpers for tests that run batch_pipeline's jobs in process (execute_in_process, an
 ephemeral or given Dagster instance) and read their audit trail back."""
 
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from dagster import AssetKey, DagsterInstance
+from dagster import (
+    AssetKey,
+    DagsterInstance,
+    build_run_status_sensor_context,
+    build_sensor_context,
+)
 from sqlalchemy import text
 
 from batch_pipeline.definitions import defs
+from batch_pipeline.fast_lane.jobs import fast_heal_job
+from batch_pipeline.fast_lane.sensors import fast_heal_sensor
+from batch_pipeline.fast_lane.tick import LaneState
 from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
+from batch_pipeline.san.schema import create_recommended_indexes
 
 SEOUL = ZoneInfo("Asia/Seoul")
 
@@ -87,3 +96,66 @@ def run_til(
         )
     )
     return result, instance
+
+
+def resources(db, dispatcher="none", channel="san_jobs"):
+    return {
+        "san_database": SanDatabase(url=db.url),
+        "job_dispatcher": JobDispatcherResource(kind=dispatcher, notify_channel=channel),
+    }
+
+
+def tick(db, instance, cursor=None, dispatcher="none", channel="san_jobs", indexes=True):
+    """One evaluation of the sensor; (its result, the cursor after it)."""
+    if indexes:  # as a production database has them (the sensor probes only with them)
+        create_recommended_indexes(db.engine)
+    with build_sensor_context(
+        instance=instance, cursor=cursor, resources=resources(db, dispatcher, channel)
+    ) as context:
+        result = fast_heal_sensor(context)
+        return result, result.cursor if result.cursor is not None else context.cursor
+
+
+def run_fast_heal(db, instance, dispatcher="none", channel="san_jobs", config=None):
+    return defs.resolve_job_def(fast_heal_job.name).execute_in_process(
+        run_config={"ops": {"fast_heal": {"config": config or {}}}},
+        resources=resources(db, dispatcher, channel),
+        instance=instance,
+        raise_on_error=False,
+    )
+
+
+def run_redrive(db, instance, config, tags=None):
+    """redrive_job in process (a dry run unless the config says `dry_run: False`)."""
+    return defs.resolve_job_def("redrive_job").execute_in_process(
+        run_config={"ops": {"redrive": {"config": config}}},
+        resources=resources(db),
+        instance=instance,
+        tags=tags,
+        raise_on_error=False,
+    )
+
+
+def run_explain(db, instance, kind, target_id):
+    return defs.resolve_job_def("explain_job").execute_in_process(
+        run_config={"ops": {"explain_target": {"config": {"kind": kind, "id": target_id}}}},
+        resources=resources(db),
+        instance=instance,
+        raise_on_error=False,
+    )
+
+
+def recent_start(db):
+    """A cursor whose window starts 5 s before now."""
+    return LaneState(until=db.now - timedelta(seconds=5)).to_json()
+
+
+def run_failure_alert(result, instance):
+    """run_failure_alert's evaluation of a failed run, as the daemon does it."""
+    context = build_run_status_sensor_context(
+        sensor_name="run_failure_alert",
+        dagster_event=result.get_run_failure_event(),
+        dagster_instance=instance,
+        dagster_run=result.dagster_run,
+    ).for_run_failure()
+    defs.resolve_sensor_def("run_failure_alert")(context)

@@ -123,3 +123,18 @@ def test_the_lock_contention_benchmark_runs_every_writer_at_once_and_all_succeed
         "til_auto_generation_job",
     ]
     assert all(success for _job, _key, success, *_ in rows), lines
+
+
+def test_the_explain_benchmark_indexes_a_history_and_tells_the_whole_story():
+    from bench.explain import run
+
+    lines = []
+    figures = run(pg_admin_url(), days=1, scale=0.001, repeats=2, command_runs=1, out=lines.append)
+    assert figures["events"] > 2 * 24 * 60  # a day of lane runs and rounds, and recovery runs
+    story = {(asset, action): times for asset, action, times in figures["story"]}
+    assert story[("fast_lane_retries", "retried by the fast lane")] == 1  # each its own line
+    assert story[("orphan_scrap_recovery", "listed as exhausted")] > 1  # one streak
+    assert ("redrive", "redriven") in story
+    assert len([a for a, action, _ in figures["story"] if action == "announced again"]) == 2
+    assert all(figures[label][0] > 0 for label in ("whole_story", "through_a_job", "untouched"))
+    assert any(line.startswith("python -m batch_pipeline explain scrap 7") for line in lines)

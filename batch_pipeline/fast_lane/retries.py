@@ -28,7 +28,7 @@ from sqlalchemy.engine import Connection, Engine
 from batch_pipeline.recovery.cadence import RECOVERY_PERIOD
 from batch_pipeline.recovery.plan import RecoveryPolicy, RecoveryReport, heal_age_metadata
 from batch_pipeline.recovery.targets import TargetRecovery, detect_query, recover_targets
-from batch_pipeline.san.audit import capped_ids
+from batch_pipeline.san.audit import AUDIT_ID_LIMIT, capped_ids
 from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.tables import FAILED, jobs
@@ -180,8 +180,13 @@ def retries_metadata(reports: list[RecoveryReport]) -> dict:
         **capped_ids(
             recovered=[
                 {"area": report.area, **pair} for report in reports for pair in report.recovered
-            ]
+            ],
         ),
+        "skipped_by_race_ids": {
+            report.area: report.skipped_by_race_ids[:AUDIT_ID_LIMIT]
+            for report in reports
+            if report.skipped_by_race_ids
+        },
         **(
             {"earlier_attempts": max(report.earlier_attempts for report in reports)}
             if any(report.earlier_attempts for report in reports)

@@ -33,6 +33,7 @@ from batch_pipeline.fast_lane.tick import PROBE_INTERVAL, LaneState, Tick, lane_
 from batch_pipeline.recovery.registry import TARGET_RECOVERIES
 from batch_pipeline.san.database import read_transaction, redacted
 from batch_pipeline.san.dialects import dialect
+from batch_pipeline.san.errors import first_line as first_line_of
 from batch_pipeline.san.ops import as_metadata
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 
@@ -159,7 +160,7 @@ def fast_heal_sensor(
         # The tick fails (red in the UI) with the cause named: the schema check says which
         # table or column is missing; otherwise the database's own first line.
         san_database.open_verified(config.write_limits)
-        first_line = (str(getattr(error, "orig", error)).strip().splitlines() or [""])[0]
+        first_line = first_line_of(error)
         raise RuntimeError(
             f"{SENSOR_NAME} cannot probe the SAN database at {redacted(engine.url)}: {first_line}"
         ) from error

@@ -268,7 +268,12 @@ def recover_ghost_jobs(
         report.exhausted_ids = [job_id for batch in results for job_id in batch.exhausted_ids]
         report.exhausted = len(report.exhausted_ids)
         report.enqueued = len(replacement_of)
-        report.skipped_by_race = attempted(work, batches, policy) - len(closed_ids)
+        report.skipped_by_race_ids = [
+            job_id
+            for job_id in work["job_id"].iloc[: attempted(work, batches, policy)].tolist()
+            if job_id not in closed_ids
+        ]
+        report.skipped_by_race = len(report.skipped_by_race_ids)
         closed = work[work["job_id"].isin(closed_ids)]
         report.heal_ages_seconds = heal_ages(
             closed.loc[closed["job_id"].isin(replacement_of), "stale_since"], rule.now
@@ -291,6 +296,7 @@ def recover_ghost_jobs(
             )
         ]
         report.changed = len(closed_ids)
+        report.changed_ids = sorted(closed_ids)
         report.batches = batches.batches
         report.announce_failures = batches.announce_failures
         return report

@@ -27,6 +27,7 @@ ORPHAN_SCRAPS = TargetRecovery(
     job_type=CARD_ANALYSIS,
     needs_work=has_no_card,
     needs_work_text="with no knowledge card",
+    done_text="has its knowledge card",
     id_key="scrap_id",
     frame_name="OrphanScraps",
     uses_scrap_lookback=True,

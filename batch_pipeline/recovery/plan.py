@@ -141,12 +141,15 @@ class RecoveryReport:
     recovered: list[dict] = field(default_factory=list)
     exhausted_ids: list[int] = field(default_factory=list)
     deferred_ids: list[int] = field(default_factory=list)
+    # The candidates a worker or another writer changed between detection and the write.
+    skipped_by_race_ids: list[int] = field(default_factory=list)
     # How long each healed fragment had waited (seconds since its job was created or started,
     # or its target last failed or was saved): the time to heal the UI plots run over run.
     heal_ages_seconds: list[float] = field(default_factory=list)
     # Candidates whose rows this attempt's writes changed (closed, or given a job): a retry of
     # the step finds them changed and would count them as races (merge_committed).
     changed: int = 0
+    changed_ids: list[int] = field(default_factory=list)
     earlier_attempts: int = 0  # failed attempts of this step whose committed work is included
     ids_truncated: bool = False  # an earlier attempt's id lists were cut already
 
@@ -165,6 +168,7 @@ class RecoveryReport:
                 recovered=self.recovered,
                 exhausted_ids=self.exhausted_ids,
                 deferred_ids=self.deferred_ids,
+                skipped_by_race_ids=self.skipped_by_race_ids,
             ),
             **({"ids_truncated": True} if self.ids_truncated else {}),
             **({"earlier_attempts": self.earlier_attempts} if self.earlier_attempts else {}),
@@ -179,6 +183,7 @@ class RecoveryReport:
             COMMITTED_BY_FAILED_ATTEMPT: failed_attempt,
             "area": self.area,
             "changed": self.changed,
+            "changed_ids": self.changed_ids[:AUDIT_ID_LIMIT],
             "batches": self.batches,
             "heal_ages_seconds": self.heal_ages_seconds[:AUDIT_ID_LIMIT],
         }
@@ -193,7 +198,9 @@ class RecoveryReport:
         for attempt in earlier:
             self.enqueued += attempt["enqueued"]
             if same_candidates:
-                self.skipped_by_race = max(0, self.skipped_by_race - attempt["changed"])
+                ours = set(attempt.get("changed_ids", []))
+                self.skipped_by_race_ids = [i for i in self.skipped_by_race_ids if i not in ours]
+                self.skipped_by_race = len(self.skipped_by_race_ids)
             self.recovered = attempt["recovered"] + self.recovered
             # the targets at the cap at detection are exhausted in both attempts: count them once
             earlier_exhausted = set(attempt["exhausted_ids"])
@@ -206,6 +213,7 @@ class RecoveryReport:
             self.batches += attempt.get("batches", 0)
             self.heal_ages_seconds = attempt["heal_ages_seconds"] + self.heal_ages_seconds
             self.changed += attempt["changed"]
+            self.changed_ids = attempt.get("changed_ids", []) + self.changed_ids
             self.ids_truncated = self.ids_truncated or attempt["ids_truncated"]
             self.earlier_attempts += 1
         return self

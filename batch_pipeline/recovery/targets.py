@@ -56,6 +56,7 @@ class TargetRecovery:
     job_type: str  # the job that does the missing work
     needs_work: ColumnElement  # a condition on `table`: the work is still missing
     needs_work_text: str  # the same, in words, for descriptions: "with no knowledge card"
+    done_text: str  # its opposite, for explain's verdict: "has its knowledge card"
     id_key: str  # the target's id in the frame and the audit trail: "scrap_id", "summary_id"
     frame_name: str
     # Columns of `table` carried into the frame, besides the id and the grace column.
@@ -343,9 +344,14 @@ def recover_targets(
         report.exhausted += len(late_exhausted)
         report.exhausted_ids += late_exhausted
         report.enqueued = report.changed = len(created)
-        report.skipped_by_race = (
-            attempted(to_enqueue, batches, policy) - len(created) - len(late_exhausted)
-        )
+        report.changed_ids = [job.target_id for job in created]
+        settled = {*report.changed_ids, *late_exhausted}
+        report.skipped_by_race_ids = [
+            target
+            for target in to_enqueue[: attempted(to_enqueue, batches, policy)]
+            if target not in settled
+        ]
+        report.skipped_by_race = len(report.skipped_by_race_ids)
         report.recovered = [{key: job.target_id, "new_job_id": job.job_id} for job in created]
         healed = candidates[candidates[key].isin([job.target_id for job in created])]
         report.heal_ages_seconds = heal_ages(waited_since(healed, key, last_failure), now)

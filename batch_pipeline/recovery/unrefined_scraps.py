@@ -15,6 +15,7 @@ UNREFINED_SCRAPS = TargetRecovery(
     job_type=SCRAP_REFINE,
     needs_work=scraps.c.refined_content.is_(None),
     needs_work_text="with refined_content NULL",
+    done_text="refined (refined_content set)",
     id_key="scrap_id",
     frame_name="UnrefinedScraps",
     uses_scrap_lookback=True,

@@ -16,6 +16,7 @@ UNWRITTEN_TILS = TargetRecovery(
     job_type=TIL_GENERATION,
     needs_work=daily_summaries.c.content.is_(None),
     needs_work_text="with content NULL",
+    done_text="written (content set)",
     id_key="summary_id",
     frame_name="UnwrittenTils",
     extension=True,

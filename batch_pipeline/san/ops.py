@@ -26,6 +26,7 @@ from dagster import (
 from sqlalchemy.exc import DBAPIError
 
 from batch_pipeline.san.database import redacted
+from batch_pipeline.san.errors import first_line as first_line_of
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 
 # `settings` is an input that happens to be a Config object, not a second config parameter.
@@ -79,7 +80,7 @@ def retried_only_if_transient() -> Iterator[None]:
             raise
         cause = error.orig if isinstance(error, DBAPIError) else error
         sqlstate = getattr(cause, "sqlstate", None)
-        first_line = (str(cause).strip().splitlines() or [""])[0]
+        first_line = first_line_of(cause)
         raise Failure(
             description=f"{type(cause).__name__}{f' (SQLSTATE {sqlstate})' if sqlstate else ''}: "
             f"{first_line}. "

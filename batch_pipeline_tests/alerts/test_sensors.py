@@ -11,6 +11,7 @@ from dagster import DagsterInstance, build_run_status_sensor_context
 from batch_pipeline.alerts.slack import post_alert
 from batch_pipeline.definitions import defs
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
+from batch_pipeline_tests.runs import run_failure_alert
 
 
 @pytest.fixture
@@ -51,13 +52,7 @@ def test_a_failed_run_is_posted_with_job_run_step_and_link(webhook):
         raise_on_error=False,
     )
     assert not result.success
-    context = build_run_status_sensor_context(
-        sensor_name="run_failure_alert",
-        dagster_event=result.get_run_failure_event(),
-        dagster_instance=instance,
-        dagster_run=result.dagster_run,
-    ).for_run_failure()
-    defs.resolve_sensor_def("run_failure_alert")(context)
+    run_failure_alert(result, instance)
     [post] = webhook
     assert "recovery_job" in post["text"] and result.run_id in post["text"]
     assert "check_san_database" in post["text"]

@@ -15,7 +15,6 @@ from dagster import (
     DagsterRunStatus,
     Failure,
     RunRequest,
-    build_sensor_context,
 )
 from sqlalchemy import text
 
@@ -23,12 +22,12 @@ from batch_pipeline.definitions import defs
 from batch_pipeline.fast_lane.assets import REANNOUNCEMENTS_ASSET, RETRIES_ASSET
 from batch_pipeline.fast_lane.config import FastHealConfig, grace_default, reannounce_default
 from batch_pipeline.fast_lane.jobs import fast_heal_job
-from batch_pipeline.fast_lane.sensors import FOUND_TAG, LAST_ROUND_KEY, fast_heal_sensor
+from batch_pipeline.fast_lane.sensors import FOUND_TAG, LAST_ROUND_KEY
 from batch_pipeline.fast_lane.tick import LaneState
 from batch_pipeline.recovery.config import RecoveryConfig
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.dialects.postgresql import missing_valid_indexes
-from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
+from batch_pipeline.san.resources import SanDatabase
 from batch_pipeline.san.schema import create_recommended_indexes
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
 from batch_pipeline_tests.conftest import (
@@ -41,26 +40,11 @@ from batch_pipeline_tests.runs import (
     KILLED,
     KillsItsOwnConnectionOnce,
     latest_metadata,
+    recent_start,
+    run_fast_heal,
     run_recovery,
+    tick,
 )
-
-
-def resources(db, dispatcher="none", channel="san_jobs"):
-    return {
-        "san_database": SanDatabase(url=db.url),
-        "job_dispatcher": JobDispatcherResource(kind=dispatcher, notify_channel=channel),
-    }
-
-
-def tick(db, instance, cursor=None, dispatcher="none", channel="san_jobs", indexes=True):
-    """One evaluation of the sensor; (its result, the cursor after it)."""
-    if indexes:  # as a production database has them (the sensor probes only with them)
-        create_recommended_indexes(db.engine)
-    with build_sensor_context(
-        instance=instance, cursor=cursor, resources=resources(db, dispatcher, channel)
-    ) as context:
-        result = fast_heal_sensor(context)
-        return result, result.cursor if result.cursor is not None else context.cursor
 
 
 def failed_scrap(db, failed_ago=timedelta(minutes=3)):
@@ -78,11 +62,6 @@ def failed_scrap(db, failed_ago=timedelta(minutes=3)):
 def unclaimed(db):
     """A PENDING job whose event was lost, 12 s old: due at the 10 s step."""
     return db.job(CARD_ANALYSIS, 10_000, created_at=db.now - timedelta(seconds=12))
-
-
-def recent_start(db):
-    """A cursor whose window starts 5 s before now."""
-    return LaneState(until=db.now - timedelta(seconds=5)).to_json()
 
 
 def test_a_tick_with_nothing_to_heal_requests_no_run_and_says_why(san_db):
@@ -159,15 +138,6 @@ def test_while_a_fast_heal_run_is_in_flight_no_second_run_but_announcements_go_o
     assert result.run_requests == [] and "still healing" in result.skip_reason.skip_message
     assert [event["job_id"] for event in heard] == [job]
     assert LaneState.from_json(cursor).until > LaneState.from_json(recent_start(pg_db)).until
-
-
-def run_fast_heal(db, instance, dispatcher="none", channel="san_jobs", config=None):
-    return defs.resolve_job_def(fast_heal_job.name).execute_in_process(
-        run_config={"ops": {"fast_heal": {"config": config or {}}}},
-        resources=resources(db, dispatcher, channel),
-        instance=instance,
-        raise_on_error=False,
-    )
 
 
 def test_a_fast_heal_run_retries_and_records_it_on_its_asset(pg_db):
