@@ -3,6 +3,7 @@ root, is the UI up, a storage database of their own, launching through the webse
 them and waiting for a condition: batch_pipeline.sandbox.processes, shared with the sandbox and
 the benchmark.)"""
 
+import os
 import socket
 import subprocess
 import sys
@@ -24,6 +25,29 @@ def start(command: list[str], env: dict, log) -> "subprocess.Popen":
     """A Dagster process (dagster-webserver, dagster-daemon, a code server) from the project
     root, in its own process group, its output in `log`; stop it with stop_group."""
     return start_group(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def sandbox_ui(port: int, *flags: str) -> list[str]:
+    """`make run`'s command: dagster dev on 127.0.0.1:`port` beside the living sandbox."""
+    command = [sys.executable, "-m", "batch_pipeline.sandbox", "ui", *flags, "--"]
+    return command + ["-h", "127.0.0.1", "-p", str(port)]
+
+
+def run_home(parent: Path) -> Path:
+    """A DAGSTER_HOME as `make run` makes it: ./dagster.yaml linked into it."""
+    home = parent / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").symlink_to(ROOT / "dagster.yaml")
+    return home
+
+
+def sandbox_env(data_dir: Path, **extra: str) -> dict:
+    """This environment as `make run` sees it on the embedded default: no SAN database, no
+    dispatcher, cron or zone of the caller's; the sandbox's data in `data_dir`."""
+    env = {**os.environ, "SAN_DATA_DIR": str(data_dir), **extra}
+    for name in ("SAN_DATABASE_URL", "SAN_JOB_DISPATCHER", "SAN_TIMEZONE", "SAN_RECOVERY_CRON"):
+        env.pop(name, None)
+    return env
 
 
 def free_port() -> int:
@@ -63,14 +87,26 @@ def dagster_storage_database(server_url: str):
         admin.dispose()
 
 
-def launch_through_webserver(
-    port: int, job_name: str, run_config: dict, timeout_s: float = 300
-) -> tuple[str, str]:
-    """Submit a run through the webserver's GraphQL API (retried while the code location is
-    still loading), wait for it to end; returns (run id, final status)."""
+def code_server_serves(port: int, host: str = "127.0.0.1") -> bool:
+    """`dagster api grpc-health-check`: the code server's own answer."""
+    check = subprocess.run(
+        [str(BIN / "dagster"), "api", "grpc-health-check", "--host", host, "--port", str(port)],
+        capture_output=True,
+        timeout=30,
+    )
+    return check.returncode == 0
+
+
+def graphql_client(port: int):
     from dagster_graphql import DagsterGraphQLClient
 
-    client = DagsterGraphQLClient("127.0.0.1", port_number=port)
+    return DagsterGraphQLClient("127.0.0.1", port_number=port)
+
+
+def submit_through_webserver(port: int, job_name: str, run_config: dict) -> str:
+    """Submit a run through the webserver's GraphQL API (retried while the code location is
+    still loading); its run id."""
+    client = graphql_client(port)
 
     def submitted():
         try:
@@ -80,13 +116,26 @@ def launch_through_webserver(
         except Exception:  # the code location may still be loading from the code server
             return None
 
-    run_id = wait_for(submitted, 120, f"the webserver to launch {job_name}")
-    status = wait_for(
-        lambda: (
-            (s := client.get_run_status(run_id).value) in ("SUCCESS", "FAILURE", "CANCELED") and s
-        ),
+    return wait_for(submitted, 120, f"the webserver to launch {job_name}")
+
+
+def run_status(port: int, run_id: str) -> str:
+    return graphql_client(port).get_run_status(run_id).value
+
+
+def wait_for_status(port: int, run_id: str, statuses, timeout_s: float) -> str:
+    return wait_for(
+        lambda: (s := run_status(port, run_id)) in statuses and s,
         timeout_s,
-        f"the {job_name} run to end",
-        every_s=2,
+        f"run {run_id} to reach {'/'.join(statuses)}",
+        every_s=1,
     )
-    return run_id, status
+
+
+def launch_through_webserver(
+    port: int, job_name: str, run_config: dict, timeout_s: float = 300
+) -> tuple[str, str]:
+    """Submit a run through the webserver's GraphQL API and wait for it to end; returns (run
+    id, final status)."""
+    run_id = submit_through_webserver(port, job_name, run_config)
+    return run_id, wait_for_status(port, run_id, ("SUCCESS", "FAILURE", "CANCELED"), timeout_s)

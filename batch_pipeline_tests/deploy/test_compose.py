@@ -30,9 +30,63 @@ def test_the_compose_instance_has_the_run_queue_monitoring_and_the_docker_run_la
         "dagster_docker",
         "DockerRunLauncher",
     )
-    # every SAN setting the code reads reaches each run's container
-    passed_on = set(instance["run_launcher"]["config"]["env_vars"])
-    assert {"SAN_DATABASE_URL", "SAN_JOB_DISPATCHER", "DAGSTER_PG_PASSWORD"} <= passed_on
+
+
+DAGSTER_STORAGE = {f"DAGSTER_PG_{name}" for name in ("HOST", "PORT", "USER", "PASSWORD", "DB")}
+
+
+def run_settings() -> set[str]:
+    """Every setting a run reads (all but SAN_DATA_DIR, the embedded default's folder, unused
+    once SAN_DATABASE_URL is set, as compose requires)."""
+    from batch_pipeline.san.database import SAN_DATA_DIR
+    from batch_pipeline.settings import SETTINGS
+
+    return {setting.name for setting in SETTINGS if setting is not SAN_DATA_DIR}
+
+
+def test_every_setting_reaches_the_code_server_the_daemon_and_each_run_s_container():
+    """A run loads the code location again: a setting the code server sees and the run does not
+    (SAN_RECOVERY_CRON, SAN_TIL_FIRST_DAY...) would give the run other definitions."""
+    passed_on = set(load("dagster.compose.yaml")["run_launcher"]["config"]["env_vars"])
+    assert passed_on == run_settings() | DAGSTER_STORAGE
+    compose = load("docker-compose.yml")
+    for name in ("code-server", "webserver", "daemon"):
+        environment = compose["services"][name]["environment"]
+        # the launcher reads each from the daemon's (and, to stop a run, the webserver's) own
+        assert passed_on <= set(environment), (name, passed_on - set(environment))
+
+
+def test_each_service_has_a_health_check_of_its_own_and_the_image_none():
+    services = load("docker-compose.yml")["services"]
+    one_shot = {"dagster-migrate"}  # `dagster instance migrate`, then it exits
+    assert all("healthcheck" in services[name] for name in set(services) - one_shot)
+    assert services["webserver"]["depends_on"]["dagster-migrate"] == {
+        "condition": "service_completed_successfully"
+    }
+    assert "grpc-health-check" in str(services["code-server"]["healthcheck"]["test"])
+    assert "/server_info" in str(services["webserver"]["healthcheck"]["test"])
+    assert "liveness-check" in str(services["daemon"]["healthcheck"]["test"])
+    # inherited by the webserver, the daemon and every run container otherwise
+    assert "HEALTHCHECK" not in (DEPLOY / "Dockerfile").read_text().replace("No HEALTHCHECK", "")
+
+
+def test_the_socket_holders_are_the_image_s_user_with_the_socket_s_group():
+    """The daemon starts run containers, and the webserver stops one when an operator presses
+    Terminate (1.13: GraphQL -> QueuedRunCoordinator.cancel_run -> DockerRunLauncher.terminate,
+    in the webserver's own process)."""
+    services = load("docker-compose.yml")["services"]
+    for name in ("webserver", "daemon"):
+        service = services[name]
+        assert "/var/run/docker.sock:/var/run/docker.sock" in service["volumes"]
+        assert service["group_add"] == [
+            "${DOCKER_GID:?set DOCKER_GID to the Docker socket's group: stat -c %g "
+            "/var/run/docker.sock}"
+        ]
+        assert "user" not in service
+    assert not any("docker.sock" in str(services[name].get("volumes")) for name in ("code-server",))
+    daemon = services["daemon"]
+    assert daemon["init"] is True and "kill -TERM 1" in str(daemon["healthcheck"]["test"])
+    assert int(daemon["environment"]["DAGSTER_DAEMON_HEARTBEAT_TOLERANCE"]) < 1800
 
 
 def test_no_secret_is_written_into_the_deployment_files():
@@ -59,6 +113,7 @@ def test_docker_compose_accepts_the_file_and_refuses_to_start_without_the_secret
         "BATCH_PIPELINE_IMAGE": "batch-pipeline:test",
         "SAN_DATABASE_URL": "postgresql+psycopg://u@db/san",
         "DAGSTER_PG_PASSWORD": "secret",
+        "DOCKER_GID": "999",
     }
     config = subprocess.run(
         [*compose, "-f", str(DEPLOY / "docker-compose.yml"), "config"],

@@ -7,114 +7,31 @@ its own and records its materializations. Skipped only where Docker is truly abs
 import os
 import shutil
 import socket
-import subprocess
-import sys
 import uuid
 
 import pytest
+import yaml
 from dagster import AssetKey, DagsterInstance
 
 from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
 from batch_pipeline.sandbox.processes import stop_group, wait_for
+from batch_pipeline_tests.deploy.docker import IMAGE, build_image, docker, docker_engine
 from batch_pipeline_tests.processes import (
     BIN,
     ROOT,
+    code_server_serves,
     free_port,
     launch_through_webserver,
     serving,
     start,
 )
 
-IMAGE = "batch-pipeline:test"
-# Where no registry is reachable, a base image from Debian's packages (bookworm: Python 3.11.2).
-LOCAL_BASE = "local/python:3.11"
 
-
-def docker(*args, check=True, timeout=600):
-    return subprocess.run(
-        ["docker", *args], capture_output=True, text=True, check=check, timeout=timeout
-    )
-
-
-def docker_engine() -> str | None:
-    """Why Docker is unusable here, or None."""
-    if shutil.which("docker") is None:
-        return "no docker command on this machine"
-    try:
-        info = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=60)
-    except subprocess.TimeoutExpired:
-        return "the Docker engine does not answer `docker info` within 60 s"
-    return (
-        None if info.returncode == 0 else f"no Docker engine answers: {info.stderr.strip()[:200]}"
-    )
-
-
-def base_image(tmp_path) -> str:
-    """BATCH_PIPELINE_BASE_IMAGE, else an already imported local base, else one made now."""
-    if os.environ.get("BATCH_PIPELINE_BASE_IMAGE"):
-        return os.environ["BATCH_PIPELINE_BASE_IMAGE"]
-    if docker("image", "inspect", LOCAL_BASE, check=False).returncode == 0:
-        return LOCAL_BASE
-    if shutil.which("debootstrap") is None:
-        pytest.skip("no base image: set BATCH_PIPELINE_BASE_IMAGE or install debootstrap")
-    rootfs = tmp_path / "rootfs"
-    subprocess.run(
-        [
-            "debootstrap",
-            "--variant=minbase",
-            "--include=python3,python3-venv,ca-certificates",
-            "bookworm",
-            str(rootfs),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=900,
-    )
-    tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-    subprocess.run(
-        ["docker", "import", "-", LOCAL_BASE],
-        stdin=tar.stdout,
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
-    tar.wait(timeout=60)
-    return LOCAL_BASE
-
-
-def build_image(tmp_path) -> None:
-    wheels = ROOT / "deploy" / "wheels"
-    shutil.rmtree(wheels, ignore_errors=True)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "-w",
-            str(wheels),
-            f"{ROOT}[deploy]",
-            "async-timeout",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=900,
-    )
-    docker(
-        "build",
-        "--network",
-        "host",
-        "-f",
-        "deploy/Dockerfile",
-        "--build-arg",
-        f"BASE_IMAGE={base_image(tmp_path)}",
-        "-t",
-        IMAGE,
-        str(ROOT),
-        timeout=900,
-    )
+def launcher_env_vars() -> list[str]:
+    """The variables deploy/dagster.compose.yaml's run launcher passes on to each run."""
+    config = yaml.safe_load((ROOT / "deploy" / "dagster.compose.yaml").read_text())
+    return config["run_launcher"]["config"]["env_vars"]
 
 
 def reachable(host: str, port: int) -> bool:
@@ -151,21 +68,23 @@ def test_the_image_serves_the_code_location_and_each_run_gets_its_own_container(
     home.mkdir()
     shutil.copy(ROOT / "deploy" / "dagster.compose.yaml", home / "dagster.yaml")
     grpc_port, web_port = free_port(), free_port()
-    settings = {  # no bridge network on this machine: every container shares the host's
-        **dagster_pg_storage,
-        "DAGSTER_CODE_SERVER_HOST": "127.0.0.1",
-        "DAGSTER_CODE_SERVER_PORT": str(grpc_port),
-        "BATCH_PIPELINE_IMAGE": IMAGE,
-        "DAGSTER_RUN_NETWORK": "host",
-        "SAN_DATABASE_URL": pg_db.url,
-        "SAN_JOB_DISPATCHER": "none",
-        # every variable the run launcher passes on must be set (docker-compose.yml sets them all)
-        "SAN_REDIS_URL": "redis://127.0.0.1:6379/0",
-        "SAN_NOTIFY_CHANNEL": "san_jobs",
-        "SAN_TIMEZONE": "Asia/Seoul",
-        "SAN_ALERT_WEBHOOK_URL": "",
-        "SAN_DAGSTER_BASE_URL": f"http://127.0.0.1:{web_port}",
-    }
+    # every variable the run launcher passes on must be set: docker-compose.yml sets each one
+    # (`${NAME:-}`, empty: the default), so does this test
+    passed_on = launcher_env_vars()
+    settings = {name: "" for name in passed_on}
+    settings.update(
+        {  # no bridge network on this machine: every container shares the host's
+            **dagster_pg_storage,
+            "DAGSTER_CODE_SERVER_HOST": "127.0.0.1",
+            "DAGSTER_CODE_SERVER_PORT": str(grpc_port),
+            "BATCH_PIPELINE_IMAGE": IMAGE,
+            "DAGSTER_RUN_NETWORK": "host",
+            "SAN_DATABASE_URL": pg_db.url,
+            "SAN_JOB_DISPATCHER": "none",
+            "SAN_REDIS_URL": "redis://127.0.0.1:6379/0",
+            "SAN_DAGSTER_BASE_URL": f"http://127.0.0.1:{web_port}",
+        }
+    )
     for name, value in settings.items():
         monkeypatch.setenv(name, value)
     DagsterInstance.from_config(str(home)).dispose()  # the storage schema, once
@@ -195,13 +114,11 @@ def test_the_image_serves_the_code_location_and_each_run_gets_its_own_container(
     )
     daemon = start([str(BIN / "dagster-daemon"), "run", "-w", workspace], env, log)
     try:
+        # the image has no HEALTHCHECK of its own: ask the code server, as compose's check does
         wait_for(
-            lambda: (
-                docker("inspect", "-f", "{{.State.Health.Status}}", container).stdout.strip()
-                == "healthy"
-            ),
+            lambda: code_server_serves(grpc_port),
             180,
-            "the code server container to be healthy",
+            "the code server container to serve",
             every_s=3,
         )
         address = outside_address()

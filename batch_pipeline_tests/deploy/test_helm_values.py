@@ -1,12 +1,16 @@
-"""deploy/helm/values.yaml against the fields Dagster's official chart allows.
+"""deploy/helm/values.yaml against Dagster's official chart (1.13.27) and the project's own files.
 
-The allowed keys and types below are read off the chart's values schema,
-helm/dagster/values.schema.json in dagster-io/dagster (commit bdb8547f), whose
-dagster-user-deployments entries are the UserDeployment definition the sub-chart's
-charts/dagster-user-deployments/values.schema.json generates from the same model. Where that
-schema points at a Kubernetes definition (resources, env sources, probes...), the value is an
-open object, as the issue allows. An unknown key in an object the chart closes
-(additionalProperties: false), or a wrong type, fails the test: `helm upgrade` would refuse it.
+What this proves, and what it does not: no `helm` runs here (no chart repository is reachable),
+so the values are checked two ways. (1) Every key must be one the chart's values schema
+(helm/dagster/values.schema.json in dagster-io/dagster, and the UserDeployment definition of
+its dagster-user-deployments sub-chart) declares, with its type. That is stricter than Helm:
+the chart's schema does not close its top level or UserDeployment (no additionalProperties:
+false), so Helm itself would take a misspelt key silently, and this test would not. Where the
+schema points at a Kubernetes definition (resources, probes, env sources...) the value is an
+open mapping. (2) The values that decide the deployment's behaviour are checked against what
+the chart's templates render from them (cited beside each test) and against the project's own
+files: the location's name, the runs' resources, retention, the daemon's probe, the code
+server's command, port and images, the run queue.
 """
 
 from pathlib import Path
@@ -264,3 +268,91 @@ def test_the_helm_values_keep_the_project_s_run_queue_and_keep_services_inside_t
     deployment = values["dagster-user-deployments"]["deployments"][0]
     assert deployment["envSecrets"] == [{"name": "batch-pipeline-san"}]  # secrets by name only
     assert "SAN_DATABASE_URL" not in deployment["env"]
+
+
+def values():
+    return yaml.safe_load(VALUES.read_text())
+
+
+def deployment():
+    return values()["dagster-user-deployments"]["deployments"][0]
+
+
+def test_the_location_keeps_its_name_batch_pipeline():
+    """templates/configmap-workspace.yaml: without dagsterWebserver.workspace.servers each
+    location is named after its deployment (`location_name: {{ $deployment.name }}`), and a
+    deployment's name is a Kubernetes name (no underscore). The webserver and the daemon mount
+    that ConfigMap (deployment-daemon.yaml: dagster.workspace.configmapName)."""
+    workspace = values()["dagsterWebserver"]["workspace"]
+    [server] = workspace["servers"]
+    assert workspace["enabled"] is True
+    assert server["name"] == "batch_pipeline"
+    assert (server["host"], server["port"]) == (deployment()["name"], deployment()["port"])
+    args = deployment()["codeServerArgs"]
+    assert args[args.index("--location-name") + 1] == "batch_pipeline"
+    compose_workspace = yaml.safe_load((VALUES.parents[1] / "workspace.yaml").read_text())
+    [entry] = compose_workspace["load_from"]
+    assert entry["grpc_server"]["location_name"] == "batch_pipeline"
+
+
+def test_each_run_gets_the_resources_a_recovery_run_needs():
+    """dagster-user-deployments/templates/helpers/_helpers.tpl (k8sContainerContext) copies the
+    deployment's `resources` into the runs' container context when includeConfigInLaunchedRuns
+    is enabled, and dagster_k8s's K8sContainerContext.create_for_run merges that context after
+    the run launcher's: the deployment's resources are the runs' resources."""
+    assert deployment()["includeConfigInLaunchedRuns"]["enabled"] is True
+    limit = deployment()["resources"]["limits"]["memory"]
+    assert limit.endswith("Gi") and float(limit[:-2]) >= 2  # a 20 M-scrap run peaks at ~300 MB
+    launcher = values()["runLauncher"]["config"]["k8sRunLauncher"]
+    assert "resources" not in launcher  # it would never be used
+
+
+def test_tick_history_is_purged_as_on_compose():
+    """templates/configmap-instance.yaml renders `retention:` only `if
+    .Values.retention.enabled`."""
+    retention = values()["retention"]
+    compose = yaml.safe_load((VALUES.parents[1] / "dagster.compose.yaml").read_text())
+    assert retention["enabled"] is True
+    assert (
+        retention["schedule"]["purgeAfterDays"]
+        == compose["retention"]["schedule"]["purge_after_days"]
+    )
+    assert (
+        retention["sensor"]["purgeAfterDays"] == compose["retention"]["sensor"]["purge_after_days"]
+    )
+
+
+def test_the_daemon_is_probed_with_its_own_liveness_check():
+    """templates/deployment-daemon.yaml renders a livenessProbe only `if
+    .Values.dagsterDaemon.livenessProbe`, and sets DAGSTER_DAEMON_HEARTBEAT_TOLERANCE from
+    heartbeatTolerance, which `dagster-daemon liveness-check` reads."""
+    daemon = values()["dagsterDaemon"]
+    assert daemon["livenessProbe"]["exec"]["command"] == ["dagster-daemon", "liveness-check"]
+    assert daemon["heartbeatTolerance"] < 1800  # Dagster's default would hide a hung daemon
+    assert daemon["livenessProbe"]["periodSeconds"] <= daemon["heartbeatTolerance"]
+
+
+def test_the_code_server_runs_the_image_s_command_and_the_chart_runs_the_code_s_dagster():
+    """The chart's images default to the chart's version (`.tag | default $.Chart.Version`):
+    pinned to the Dagster the code is built with."""
+    import dagster
+
+    args = deployment()["codeServerArgs"]
+    assert args[:2] == ["-m", "batch_pipeline.definitions"]
+    dockerfile = (VALUES.parents[1] / "Dockerfile").read_text()
+    assert f"ARG PORT={deployment()['port']}" in dockerfile
+    assert "-m batch_pipeline.definitions --location-name batch_pipeline" in dockerfile
+    assert deployment()["image"]["repository"] and deployment()["image"]["pullPolicy"]
+    for component in ("dagsterWebserver", "dagsterDaemon"):
+        assert values()[component]["image"]["tag"] == dagster.__version__
+    assert f"--version {dagster.__version__}" in VALUES.read_text()
+
+
+def test_only_known_settings_are_set_and_no_secret_in_plain_sight():
+    from batch_pipeline.settings import SETTINGS
+
+    by_name = {setting.name: setting for setting in SETTINGS}
+    env = deployment()["env"]
+    assert set(env) <= set(by_name), set(env) - set(by_name)
+    assert [name for name in env if by_name[name].secret] == []
+    assert "SAN_DATABASE_URL" not in env
