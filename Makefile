@@ -1,14 +1,17 @@
 # The two commands of the README: `make run` (the UI on http://127.0.0.1:3000) and `make test`.
 # Both create the virtualenv at .venv and install the project on first use.
 PYTHON ?= python3.11
-# make run PORT=3001 when 3000 is taken
+# `make run PORT=3001` when 3000 is taken
 PORT ?= 3000
+# Where `make run` keeps Dagster's run history, schedules and logs (with ./dagster.yaml).
+RUN_HOME ?= $(CURDIR)/.dagster_home
 VENV := .venv
 STAMP := $(VENV)/.installed-stamp
 
 .PHONY: install run test format
 
 $(STAMP): pyproject.toml
+	@echo "installing batch_pipeline into $(VENV) (the first time takes a minute or two)"
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install --quiet -e '.[dev,deploy]'
@@ -16,11 +19,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# DAGSTER_HOME keeps run history, schedules and logs in .dagster_home, with ./dagster.yaml.
 # `dagster dev`, plus (when SAN_DATABASE_URL is unset) a living sandbox on the embedded default.
+# `exec`: a SIGTERM that make passes on reaches the command itself, which stops all of it.
 run: $(STAMP)
-	mkdir -p .dagster_home && ln -sf ../dagster.yaml .dagster_home/dagster.yaml
-	DAGSTER_HOME=$(CURDIR)/.dagster_home $(VENV)/bin/python -m batch_pipeline.sandbox ui -- --host 127.0.0.1 --port $(PORT)
+	mkdir -p $(RUN_HOME) && ln -sf $(CURDIR)/dagster.yaml $(RUN_HOME)/dagster.yaml
+	DAGSTER_HOME=$(RUN_HOME) exec $(VENV)/bin/python -m batch_pipeline.sandbox ui -- --host 127.0.0.1 --port $(PORT)
 
 # --dist loadfile: a test module runs on one worker, in order (the UI test walks through steps).
 test: $(STAMP)

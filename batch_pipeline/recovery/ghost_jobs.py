@@ -133,7 +133,8 @@ def detect_stale_jobs_query(rule: GhostRule):
 # holds the active jobs, ix_san_jobs_target the attempt counts. Yet at SAN's size PostgreSQL
 # prices a bitmap scan of the active jobs (a recent tail of the table) as if they were spread
 # over every page, and at scale 10 it sometimes read the whole jobs table instead
-# (docs/benchmarks.md, "Scale 10"). So detection turns sequential scans off when both exist.
+# (docs/benchmarks.md, "Figures behind the code"). So detection turns sequential scans off when
+# both exist.
 GHOST_DETECTION_PREFERS = ("ix_san_jobs_active_created", "ix_san_jobs_target")
 
 

@@ -17,19 +17,14 @@ Every command but `init`, `seed-demo`, `converge`, `time-to-heal` and `ui` needs
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
-import threading
 from datetime import timedelta
-from pathlib import Path
 
 from pydantic import ValidationError
 
 from batch_pipeline.san.database import (
     SanConnectionError,
     create_san_engine,
-    default_data_dir,
     embedded_database_url,
     redacted,
 )
@@ -39,9 +34,8 @@ from batch_pipeline.sandbox.app_schema import NotASandbox, init_sandbox, require
 from batch_pipeline.sandbox.convergence import run_convergence
 from batch_pipeline.sandbox.demo import seed_demo_state
 from batch_pipeline.sandbox.faults import Faults
-from batch_pipeline.sandbox.live import LIVE_FAULTS, LIVE_RECOVERY_CRON, LiveSettings, run_live
+from batch_pipeline.sandbox.live import LIVE_FAULTS, LiveSettings, run_live
 from batch_pipeline.sandbox.pool import WorkerPool, WorkerSettings
-from batch_pipeline.sandbox.processes import stop_group
 from batch_pipeline.sandbox.scratch import scratch_database
 from batch_pipeline.sandbox.time_to_heal import (
     TIME_TO_HEAL_FAULTS,
@@ -50,6 +44,7 @@ from batch_pipeline.sandbox.time_to_heal import (
     run_experiment,
 )
 from batch_pipeline.sandbox.time_travel import age_database
+from batch_pipeline.sandbox.ui import run_ui
 
 FAULT_FLAGS = {
     "event_lost": "--event-lost",
@@ -317,128 +312,6 @@ def time_to_heal(args, faults: Faults) -> int:
     print()
     print(figures.report())
     return 0 if all(figures.targets().values()) else 1
-
-
-class Supervised:
-    """A child process kept alive beside the UI: if it dies, say so and start it again (at most
-    `max_restarts` times, then say that it stays down), so the UI never serves a dead sandbox
-    in silence."""
-
-    def __init__(
-        self, command: list[str], max_restarts: int = 3, poll_s: float = 1.0, report=print
-    ):
-        self.command, self.max_restarts, self.poll_s, self.report = (
-            command,
-            max_restarts,
-            poll_s,
-            report,
-        )
-        self.restarts = 0
-        self.process = subprocess.Popen(command)
-        self._stop = threading.Event()
-        self._watcher = threading.Thread(target=self._watch, daemon=True)
-        self._watcher.start()
-
-    def _watch(self) -> None:
-        while not self._stop.wait(self.poll_s):
-            code = self.process.poll()
-            if code is None:
-                continue
-            if self.restarts >= self.max_restarts:
-                self.report(
-                    f"sandbox: the living sandbox died again (exit {code}) after {self.restarts} "
-                    "restarts; "
-                    "it stays down (its error is above). The UI still works on the database."
-                )
-                return
-            self.restarts += 1
-            self.report(
-                f"sandbox: the living sandbox died (exit {code}); restarting it "
-                f"({self.restarts}/{self.max_restarts})"
-            )
-            self.process = subprocess.Popen(self.command)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._watcher.join()
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-
-
-def dagster_dev(command: list[str]) -> tuple[list[str], str | None, dict]:
-    """The `dagster dev` command, where it runs and its environment, without two false warnings.
-
-    `make run` links $DAGSTER_HOME/dagster.yaml to ./dagster.yaml; `dagster dev` started here
-    would warn that ./dagster.yaml "will not be used" (it is: it is the same file), so it starts
-    in DAGSTER_HOME, with the workspace and the embedded default's folder given as absolute
-    paths. Its "Use 'dg dev' instead" is silenced too: `dg dev` runs the same `dagster dev`
-    (and works here, [tool.dg]), but this command supervises the sandbox beside it."""
-    env = {**os.environ}
-    env["PYTHONWARNINGS"] = ",".join(
-        filter(None, [env.get("PYTHONWARNINGS"), "ignore:Function `dev_command` is superseded"])
-    )
-    home, here = os.environ.get("DAGSTER_HOME"), Path.cwd()
-    if (
-        not home
-        or not (here / "dagster.yaml").exists()
-        or not (Path(home) / "dagster.yaml").exists()
-    ):
-        return command, None, env
-    if not os.path.samefile(here / "dagster.yaml", Path(home) / "dagster.yaml"):
-        return command, None, env  # a different instance config: the warning is true, let it speak
-    if "-w" not in command and "--workspace" not in command and (here / "workspace.yaml").exists():
-        command = [*command, "-w", str(here / "workspace.yaml")]
-    env["SAN_DATA_DIR"] = str(default_data_dir().resolve())
-    return command, home, env
-
-
-def run_ui(dagster_args: list[str], live: bool = True) -> int:
-    """`dagster dev`, with a living sandbox beside it on the embedded default."""
-    dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
-    command = [dagster, "dev", *(dagster_args or ["--host", "127.0.0.1", "--port", "3000"])]
-    sandbox = None
-    if not os.environ.get("SAN_DATABASE_URL"):
-        engine = create_san_engine(embedded_database_url())
-        try:
-            seed_demo_state(engine)  # create and seed the embedded default first
-        except NotASandbox as error:
-            print(
-                f"error: {error}. The embedded default was made by an older batch_pipeline: delete "
-                f"{default_data_dir()} to start over",
-                file=sys.stderr,
-            )
-            return 2
-        finally:
-            engine.dispose()
-        if live:
-            sandbox = Supervised([sys.executable, "-m", "batch_pipeline.sandbox", "live"])
-    else:
-        print("SAN_DATABASE_URL is set: no sandbox, the UI works on that database", flush=True)
-    # `dagster dev` in a process group of its own, so a stop reaches all of it (the webserver,
-    # the daemon, the code servers): SIGTERM (systemd, Docker, CI) as much as Ctrl-C.
-    command, cwd, env = dagster_dev(command)
-    if sandbox is not None and not env.get("SAN_RECOVERY_CRON"):
-        env["SAN_RECOVERY_CRON"] = (
-            LIVE_RECOVERY_CRON  # recovery keeps up with the sandbox's fast clock
-        )
-    ui = subprocess.Popen(command, start_new_session=True, cwd=cwd, env=env)
-
-    def stop_on(signum, _frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    previous = signal.signal(signal.SIGTERM, stop_on)
-    try:
-        return ui.wait()
-    except KeyboardInterrupt:
-        return stop_group(ui, signal.SIGINT)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if sandbox is not None:
-            sandbox.stop()
 
 
 if __name__ == "__main__":

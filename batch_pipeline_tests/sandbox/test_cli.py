@@ -93,29 +93,3 @@ def test_converge_prints_the_table_and_a_summary_line(capsys):
         and "duplicates=0" in summary
     )
     assert "audit_mismatches=0" in summary and "max_cards_per_scrap=1" in summary
-
-
-def test_the_ui_restarts_a_living_sandbox_that_died_and_says_so():
-    import sys
-    import time
-
-    from batch_pipeline.sandbox.__main__ import Supervised
-
-    said = []
-    child = Supervised(
-        [sys.executable, "-c", "import sys; sys.exit(3)"],
-        max_restarts=2,
-        poll_s=0.1,
-        report=said.append,
-    )
-    deadline = time.monotonic() + 30
-    while len(said) < 3 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    child.stop()
-    assert said[:2] == [
-        "sandbox: the living sandbox died (exit 3); restarting it (1/2)",
-        "sandbox: the living sandbox died (exit 3); restarting it (2/2)",
-    ]
-    assert said[2].startswith(
-        "sandbox: the living sandbox died again (exit 3) after 2 restarts; it stays down"
-    )

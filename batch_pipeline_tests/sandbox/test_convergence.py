@@ -1,7 +1,8 @@
-"""Convergence under chaos (issue 6): a faulty SAN pipeline heals, cycle after cycle.
+"""Convergence under chaos: a faulty SAN pipeline heals, cycle after cycle.
 
-On PostgreSQL with 4 worker processes (pg_notify), 2,000 scraps from 200 users and the issue's
-fault rates; and a smaller run on SQLite with polling workers. `-s` shows the table per cycle.
+On PostgreSQL with 4 worker processes (pg_notify), 2,000 scraps from 200 users and the faults of
+docs/reliability.md's convergence experiment; and a smaller run on SQLite with polling workers.
+`-s` shows the table per cycle.
 """
 
 from itertools import pairwise

@@ -4,8 +4,6 @@ Chromium at /usr/bin/chromium), against `dagster dev` on the embedded default.
 Screenshots of every step are saved in test-artifacts/ui/.
 """
 
-import os
-import shutil
 import signal
 import subprocess
 from datetime import datetime, timedelta
@@ -21,7 +19,13 @@ from sqlalchemy import insert
 from batch_pipeline.san.database import create_san_engine, utc_now
 from batch_pipeline.san.tables import CARD_ANALYSIS, PENDING, jobs
 from batch_pipeline.sandbox.processes import start_group, stop_group, wait_for
-from batch_pipeline_tests.processes import free_port, serving
+from batch_pipeline_tests.processes import (
+    free_port,
+    run_home,
+    sandbox_env,
+    sandbox_ui,
+    serving,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "ui"
@@ -34,28 +38,13 @@ def dagster_dev(tmp_path_factory):
     """The UI as `make run` starts it (./dagster.yaml, the embedded SAN database), but still:
     without the living sandbox, so each step knows exactly what the database holds."""
     tmp = tmp_path_factory.mktemp("dagster_dev")
-    home = tmp / "dagster_home"
-    home.mkdir()
-    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
-    env = {**os.environ, "DAGSTER_HOME": str(home), "SAN_DATA_DIR": str(tmp / "data")}
-    for name in ("SAN_DATABASE_URL", "SAN_JOB_DISPATCHER", "SAN_TIMEZONE", "SAN_RECOVERY_CRON"):
-        env.pop(name, None)
+    home = run_home(tmp)
+    env = sandbox_env(tmp / "data", DAGSTER_HOME=str(home))
     port = free_port()
     log = open(tmp / "dagster_dev.log", "w")
 
     process = start_group(
-        [
-            str(ROOT / ".venv" / "bin" / "python"),
-            "-m",
-            "batch_pipeline.sandbox",
-            "ui",
-            "--still",
-            "--",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(port),
-        ],
+        sandbox_ui(port, "--still"),
         cwd=ROOT,
         env=env,
         stdout=log,
@@ -119,7 +108,8 @@ def test_1_schedules_are_listed_with_cron_and_time_zone(dagster_dev, page):
     shot(page, "1_automation")
     page.goto(f"{base}/locations/batch_pipeline/schedules/recovery_schedule")
     expect(page.get_by_text("(0 */2 * * *)")).to_be_visible()
-    expect(page.get_by_text("Asia/Seoul")).to_be_visible()
+    # The schedule's own time-zone cell (its description names the zone too).
+    expect(page.get_by_role("cell", name="Asia/Seoul", exact=True)).to_be_visible()
     shot(page, "1_recovery_schedule")
 
 
@@ -146,10 +136,24 @@ def test_2_switching_the_recovery_schedule_off_and_on(dagster_dev, page):
     expect(switch).to_be_checked()
 
 
+def open_from_the_sidebar(base, page, section: str, name: str) -> None:
+    """What the README says: the sidebar's section, then the name in its list."""
+    page.goto(base)
+    page.get_by_text(section, exact=True).first.click()
+    page.get_by_text(name, exact=True).first.click()
+
+
 def launch_recovery_run(base, home, page, done_before: int) -> None:
-    page.goto(f"{base}/locations/batch_pipeline/jobs/recovery_job/playground")
-    page.get_by_role("button", name="Launch Run").click()
-    page.wait_for_url("**/runs/**")
+    """The README's directions: Jobs -> recovery_job, the arrow beside Materialize all -> Open
+    launchpad -> Materialize (an asset job has no Launchpad tab of its own)."""
+    open_from_the_sidebar(base, page, "Jobs", "recovery_job")
+    page.locator("button:right-of(:text('Materialize all'))").first.click()
+    page.get_by_role("menuitem", name="Open launchpad").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_text("Launchpad (configure assets)")).to_be_visible()
+    expect(dialog.get_by_text("stale_pending_after_minutes: 30")).to_be_visible()
+    shot(page, "3_recovery_launchpad")
+    dialog.get_by_role("button", name="Materialize").click()
     wait_for(
         lambda: (
             len([r for r in runs_of(home, "recovery_job") if r.status == DagsterRunStatus.SUCCESS])
@@ -193,7 +197,8 @@ def test_4_the_ghost_recovery_asset_shows_ids_counts_and_a_point_per_run(dagster
     latest = records[0].asset_materialization.metadata
     assert [pair["failed_job_id"] for pair in latest["recovered"].value] == [ghost]
 
-    page.goto(f"{base}/assets/ghost_job_recovery?view=events")
+    open_from_the_sidebar(base, page, "Catalog", "ghost_job_recovery")  # the README's path
+    page.get_by_role("tab", name="Events").click()
     expect(page.get_by_text("enqueued").first).to_be_visible()
     expect(page.get_by_text(f'"failed_job_id": {ghost}').first).to_be_visible()
     shot(page, "4_ghost_job_recovery_events")
@@ -216,7 +221,8 @@ def test_5_a_backfill_of_two_til_days_from_the_ui(dagster_dev, page):
     base, home, _ = dagster_dev
     yesterday = (datetime.now(ZoneInfo("Asia/Seoul")) - timedelta(days=1)).date()
     days = [str(yesterday - timedelta(days=1)), str(yesterday)]
-    page.goto(f"{base}/locations/batch_pipeline/jobs/til_auto_generation_job/partitions")
+    open_from_the_sidebar(base, page, "Jobs", "til_auto_generation_job")  # the README's path
+    page.get_by_role("tab", name="Partitions").click()
     page.get_by_role("button", name="Launch backfill…").click()
     dialog = page.get_by_role("dialog")
     partitions = dialog.locator("input[placeholder^='ex: ']")
@@ -236,3 +242,28 @@ def test_5_a_backfill_of_two_til_days_from_the_ui(dagster_dev, page):
     page.goto(f"{base}/locations/batch_pipeline/jobs/til_auto_generation_job/partitions")
     expect(page.get_by_text("Backfill history")).to_be_visible()
     shot(page, "5_til_partitions")
+
+
+def test_6_one_scrap_s_story_from_explain_job_s_launchpad(dagster_dev, page):
+    """The README's path for an operator without a shell: Jobs -> explain_job -> Launchpad; the
+    run's explain_target step shows the story as Markdown."""
+    base, home, _ = dagster_dev
+    open_from_the_sidebar(base, page, "Jobs", "explain_job")
+    page.get_by_role("tab", name="Launchpad").click()
+    page.locator(".CodeMirror").first.click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(
+        "ops:\n  explain_target:\n    config:\n      kind: scrap\n      id: 6\n"
+    )
+    page.get_by_role("button", name="Launch Run").click()
+    page.wait_for_url("**/runs/**")
+    wait_for(
+        lambda: [r for r in runs_of(home, "explain_job") if r.status == DagsterRunStatus.SUCCESS],
+        120,
+        "the explain run to succeed",
+    )
+    page.get_by_text("[Show Markdown]").first.click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_text("scrap 6 (user", exact=False)).to_be_visible()
+    expect(dialog.get_by_text("Dagster runs that touched it")).to_be_visible()
+    shot(page, "6_explain_story")

@@ -1,0 +1,334 @@
+"""`make run` (python -m batch_pipeline.sandbox ui): the Dagster UI comes up on a living SAN, a
+recovery run launched through the webserver heals what the sandbox broke, and a stop (as a
+terminal and systemd send it) stops all of it."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from dagster import (
+    AssetKey,
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    RunsFilter,
+)
+from dagster._core.remote_origin import (
+    RegisteredCodeLocationOrigin,
+    RemoteJobOrigin,
+    RemoteRepositoryOrigin,
+)
+from dagster_graphql import DagsterGraphQLClient
+from sqlalchemy import func, select
+
+from batch_pipeline.san.database import create_san_engine, utc_now
+from batch_pipeline.san.tables import COMPLETED, PENDING, jobs, scraps
+from batch_pipeline.sandbox.processes import stop_group, wait_for
+from batch_pipeline.sandbox.ui import (
+    STOPPED_REASON,
+    Supervised,
+    cancel_runs_cut_short,
+    demo_day,
+)
+from batch_pipeline_tests.processes import (
+    free_port,
+    run_home,
+    sandbox_env,
+    sandbox_ui,
+    serving,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_make_run_serves_the_ui_on_a_living_sandbox(tmp_path):
+    home = run_home(tmp_path)
+    env = sandbox_env(tmp_path / "data", DAGSTER_HOME=str(home))
+    port = free_port()
+    log = open(tmp_path / "ui.log", "w")
+    process = subprocess.Popen(
+        sandbox_ui(port),
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    engine = create_san_engine(f"sqlite:///{tmp_path / 'data' / 'san.sqlite'}")
+    try:
+        wait_for(lambda: serving(f"http://127.0.0.1:{port}"), 120, "the UI")
+
+        def count(*where):
+            with engine.connect() as conn:
+                return conn.execute(
+                    select(func.count()).select_from(jobs).where(*where)
+                ).scalar_one()
+
+        def scrap_count():
+            with engine.connect() as conn:
+                return conn.execute(select(func.count()).select_from(scraps)).scalar_one()
+
+        # alive: scraps keep arriving and the worker completes jobs (the seed has 30 scraps)
+        wait_for(
+            lambda: scrap_count() > 40 and count(jobs.c.status == COMPLETED, jobs.c.id > 50) > 5,
+            90,
+            "the sandbox to work",
+        )
+
+        # the fast clock turns lost events into ghosts (PENDING for over 30 SAN minutes)
+        def ghosts():
+            with engine.connect() as conn:
+                return (
+                    conn.execute(
+                        select(jobs.c.id).where(
+                            jobs.c.status == PENDING,
+                            jobs.c.id > 50,
+                            jobs.c.created_at < utc_now() - timedelta(minutes=40),
+                        )
+                    )
+                    .scalars()
+                    .all()
+                )
+
+        wait_for(lambda: ghosts(), 120, "a ghost made by the sandbox")
+        seen = ghosts()
+
+        client = DagsterGraphQLClient("127.0.0.1", port_number=port)
+        run_id = client.submit_job_execution("recovery_job")
+        wait_for(
+            lambda: client.get_run_status(run_id).value in ("SUCCESS", "FAILURE"),
+            180,
+            "the recovery run",
+        )
+        assert client.get_run_status(run_id).value == "SUCCESS"
+        with DagsterInstance.from_config(str(home)) as instance:
+            # this run recorded what it healed
+            assert [
+                r
+                for r in instance.fetch_materializations(
+                    AssetKey("ghost_job_recovery"), limit=100
+                ).records
+                if r.run_id == run_id
+            ]
+            # the ghosts seen before it are healed (by this run, or the every-minute schedule's)
+            with engine.connect() as conn:
+                assert not conn.execute(
+                    select(jobs.c.id).where(jobs.c.id.in_(seen), jobs.c.status == PENDING)
+                ).all()
+            # the demo and the check agree: no ghost is left stale for twice its threshold after a
+            # heal
+            records = instance.get_records_for_run(
+                run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION
+            ).records
+            evaluations = [r.event_log_entry.dagster_event.event_specific_data for r in records]
+            checks = {evaluation.check_name: evaluation for evaluation in evaluations}
+            assert checks["ghost_backlog"].passed, checks["ghost_backlog"].description
+            # and recovery_schedule keeps up with the sandbox's clock on its own (every minute)
+            wait_for(
+                lambda: instance.get_runs(
+                    RunsFilter(
+                        job_name="recovery_job", tags={"dagster/schedule_name": "recovery_schedule"}
+                    )
+                ),
+                150,
+                "a scheduled recovery run",
+            )
+            # and the fast lane heals the demo's failed AI calls and app deaths between those runs
+            wait_for(
+                lambda: instance.get_runs(
+                    RunsFilter(job_name="fast_heal_job", statuses=[DagsterRunStatus.SUCCESS])
+                ),
+                150,
+                "a fast_heal_job run requested by fast_heal_sensor",
+            )
+            # and yesterday's TIL ran on its own, the demo's one partition, done
+            yesterday = demo_day().isoformat()
+            wait_for(
+                lambda: instance.get_runs(
+                    RunsFilter(
+                        job_name="til_auto_generation_job",
+                        tags={"dagster/partition": yesterday},
+                        statuses=[DagsterRunStatus.SUCCESS],
+                    )
+                ),
+                180,
+                "the demo's TIL run",
+            )
+            assert "demo: launched yesterday's TIL" in (tmp_path / "ui.log").read_text()
+    finally:
+        stop_group(process, signal.SIGINT)  # Ctrl-C, as a user stops `make run`
+        log.close()
+        engine.dispose()
+    # Ctrl-C stopped the sandbox too: no more scraps arrive
+    time.sleep(3)
+    with create_san_engine(f"sqlite:///{tmp_path / 'data' / 'san.sqlite'}").connect() as conn:
+        first = conn.execute(select(func.count()).select_from(scraps)).scalar_one()
+    time.sleep(3)
+    with create_san_engine(f"sqlite:///{tmp_path / 'data' / 'san.sqlite'}").connect() as conn:
+        assert conn.execute(select(func.count()).select_from(scraps)).scalar_one() == first
+
+
+def processes_of(home: Path) -> list[int]:
+    """Every live process started with this DAGSTER_HOME (dagster dev and all it started)."""
+    marker = f"DAGSTER_HOME={home}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (
+                    marker in (entry / "environ").read_bytes().split(b"\0")
+                    and (entry / "stat").read_text().split()[2] != "Z"
+                ):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+# How a stop arrives: systemd, `docker stop` and `kill` send SIGTERM to the main process (here
+# make, which passes it on to the recipe's `exec`ed command); a terminal's Ctrl-C sends SIGINT
+# to the whole foreground process group.
+STOPS = {
+    "systemd: SIGTERM to make": ("make", signal.SIGTERM, False),
+    "terminal: Ctrl-C to make's process group": ("make", signal.SIGINT, True),
+    "SIGTERM to the command itself": ("python", signal.SIGTERM, False),
+}
+
+
+@pytest.mark.parametrize("how", list(STOPS))
+def test_a_stop_stops_everything_within_seconds_cancels_what_it_cut_short_restarts_nothing(
+    tmp_path, how
+):
+    via, stop_signal, to_the_group = STOPS[how]
+    home = tmp_path / "dagster_home"
+    env = sandbox_env(tmp_path / "data")
+    env.pop("DAGSTER_HOME", None)
+    port = free_port()
+    if via == "make":  # make makes the home
+        command = ["make", "-s", "run", f"PORT={port}", f"RUN_HOME={home}"]
+    else:
+        env["DAGSTER_HOME"] = str(run_home(tmp_path))
+        command = sandbox_ui(port)
+    log = open(tmp_path / "ui.log", "w")
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        wait_for(lambda: serving(f"http://127.0.0.1:{port}"), 180, "the UI")
+        assert len(processes_of(home)) >= 3  # this command, dagster dev, the webserver, ...
+        said = (tmp_path / "ui.log").read_text()
+        # neither false warning: ./dagster.yaml is the instance's config, and `dg dev` is not needed
+        assert (
+            "Found a dagster instance configuration" not in said
+            and "Use 'dg dev' instead" not in said
+        ), said[-2000:]
+        # a run in flight when the stop comes (its worker takes seconds to start)
+        client = DagsterGraphQLClient("127.0.0.1", port_number=port)
+        run_id = wait_for(
+            lambda: _submitted(client), 60, "the webserver to take a recovery run", every_s=1
+        )
+        wait_for(
+            lambda: client.get_run_status(run_id).value in ("STARTING", "STARTED", "SUCCESS"),
+            60,
+            "the run to start",
+            every_s=0.2,
+        )
+        asked = time.monotonic()
+        if to_the_group:
+            os.killpg(process.pid, stop_signal)
+        else:
+            process.send_signal(stop_signal)
+        wait_for(lambda: not processes_of(home), 15, f"every process to exit ({how})", every_s=0.2)
+        stopped_after = time.monotonic() - asked
+        process.wait(15)
+        if via == "python":
+            assert process.returncode == 0
+        said = (tmp_path / "ui.log").read_text()
+        print(f"{how}: everything stopped {stopped_after:.1f} s after the signal")
+        assert "Traceback" not in said and "restarting it" not in said, said[-3000:]
+        assert "stopped in" in said, said[-3000:]
+        assert not serving(f"http://127.0.0.1:{port}")
+        # the run the stop cut short is CANCELED with the reason, not a failure
+        with DagsterInstance.from_config(str(home)) as instance:
+            run = instance.get_run_by_id(run_id)
+            assert run.status in (DagsterRunStatus.SUCCESS, DagsterRunStatus.CANCELED), run.status
+            failed = instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.FAILURE]))
+            assert failed == []
+            if run.status == DagsterRunStatus.CANCELED:
+                messages = [
+                    record.event_log_entry.message
+                    for record in instance.get_records_for_run(run_id).records
+                ]
+                assert STOPPED_REASON in messages
+    finally:
+        for pid in processes_of(home):
+            os.kill(pid, signal.SIGKILL)
+        log.close()
+
+
+def _submitted(client):
+    try:
+        return client.submit_job_execution("recovery_job")
+    except Exception:  # the code location is still loading
+        return None
+
+
+def test_runs_a_stop_cut_short_are_canceled_with_the_reason(tmp_path):
+    with DagsterInstance.local_temp(str(tmp_path)) as instance:
+        started = instance.add_run(
+            DagsterRun(job_name="recovery_job", run_id="a" * 36, status=DagsterRunStatus.STARTED)
+        )
+        origin = RemoteJobOrigin(
+            RemoteRepositoryOrigin(
+                RegisteredCodeLocationOrigin("batch_pipeline"), "__repository__"
+            ),
+            "recovery_job",
+        )
+        queued = instance.add_run(
+            DagsterRun(
+                job_name="recovery_job",
+                run_id="b" * 36,
+                status=DagsterRunStatus.QUEUED,
+                remote_job_origin=origin,
+            )
+        )
+        home = instance.root_directory
+        said = []
+        assert cancel_runs_cut_short(home, report=said.append) == [started.run_id]
+    with DagsterInstance.from_config(home) as instance:
+        assert instance.get_run_by_id(started.run_id).status == DagsterRunStatus.CANCELED
+        assert instance.get_run_by_id(queued.run_id).status == DagsterRunStatus.QUEUED  # it waits
+        messages = [
+            r.event_log_entry.message for r in instance.get_records_for_run("a" * 36).records
+        ]
+        assert STOPPED_REASON in messages
+    assert said == [
+        "stopped: 1 run(s) in flight marked CANCELED (recovery_job): the next runs redo their work"
+    ]
+
+
+def test_the_ui_restarts_a_living_sandbox_that_died_and_says_so():
+    said = []
+    child = Supervised(
+        [sys.executable, "-c", "import sys; sys.exit(3)"],
+        max_restarts=2,
+        poll_s=0.1,
+        report=said.append,
+    )
+    deadline = time.monotonic() + 30
+    while len(said) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    child.stop()
+    assert said[:2] == [
+        "sandbox: the living sandbox died (exit 3); restarting it (1/2)",
+        "sandbox: the living sandbox died (exit 3); restarting it (2/2)",
+    ]
+    assert said[2].startswith(
+        "sandbox: the living sandbox died again (exit 3) after 2 restarts; it stays down"
+    )
