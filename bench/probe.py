@@ -1,6 +1,7 @@
 """The fast lane's probe at scale: the statements one fast_heal_sensor tick runs, their plans
 and their time, on a seeded database with the recommended indexes."""
 
+import statistics
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -18,6 +19,7 @@ from batch_pipeline.fast_lane.retries import failed_targets_query, recent_failur
 from batch_pipeline.fast_lane.tick import PROBE_INTERVAL, LaneSettings, LaneState, lane_tick
 from batch_pipeline.recovery.registry import TARGET_RECOVERIES
 from batch_pipeline.san.database import create_san_engine, read_transaction
+from batch_pipeline.san.dialects.postgresql import BEGIN_SETTINGS
 from batch_pipeline.san.dispatch import Dispatcher
 
 PROBE_REPEATS = 20
@@ -47,8 +49,13 @@ def probe_queries(conn, now: datetime, settings: LaneSettings = LaneSettings()):
 
 def database_ms(conn: psycopg.Connection, sql: str, params: dict) -> float:
     """The server's own planning + execution time of one statement (EXPLAIN ANALYZE without
-    per-node timing, whose clock calls would inflate it)."""
-    [[plan]] = conn.execute("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + sql, params).fetchone()
+    per-node timing, whose clock calls would inflate it), in a transaction with the settings
+    the code's own transactions start with (JIT off among them: the server's default JIT
+    compiles the claim-latency sample for 5 ms, since it cannot estimate its id range)."""
+    with conn.transaction():
+        conn.execute(BEGIN_SETTINGS)
+        explain = "EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + sql
+        [[plan]] = conn.execute(explain, params).fetchone()
     return plan["Planning Time"] + plan["Execution Time"]
 
 
@@ -74,10 +81,13 @@ def probe_figures(
             )
             statements.append((str(compiled), compiled.params))
             out(f"  {name:34s} {plan_shape(conn, str(compiled), compiled.params)}")
-        in_database = sorted(
-            sum(database_ms(conn, sql, params) for sql, params in statements)
+        rounds = [
+            [database_ms(conn, sql, params) for sql, params in statements]
             for _ in range(repeats + 1)
-        )[:-1]  # the slowest (the cold first one) dropped
+        ]
+        in_database = sorted(sum(times) for times in rounds)[:-1]  # the cold first one dropped
+        for (name, _query), *times in zip(queries, *rounds, strict=True):
+            out(f"  {name:34s} {statistics.median(times):6.2f} ms (median of {len(times)})")
         wall, tick = [], None
         for _ in range(repeats + 1):  # the first one warms the connection pool
             state = LaneState(until=now - PROBE_INTERVAL)  # no estimate yet: the costliest tick

@@ -11,9 +11,10 @@ nothing to heal. docs/reliability.md holds the figures and docs/benchmark-runs/ 
 
 The worlds:
 - default: 30 % of the app's events lost, 15 % of first AI attempts failing, 5 % of scraps saved
-  without jobs; workers claim at once.
+  without jobs; workers claim at once. Judged on the p99 time targets.
 - slow-workers: the same faults, and busy workers: each announcement is claimed after a delay
-  (lognormal, p50 5 s, p99 20 s).
+  (lognormal, p50 5 s, p99 20 s). Judged on its spurious re-announcements (the lane's wait must
+  follow the slower claims); its times are reported.
 - outage: the AI service fails every call for 10 minutes, then recovers; everything waiting
   must heal within 2 minutes of the recovery, within max_attempts.
 """
@@ -145,7 +146,12 @@ class Figures:
         table = self.percentiles()
         p99 = table["p99"]
         met = {}
-        if self.world != "outage":
+        # The time targets are the default world's (and the harsher one's, re-announcements lost
+        # too). Busy workers claim a job up to ~20 s after hearing it, a lost event's wait must
+        # stay above twice that to fire spuriously less than 1 % of the time, and a healthy
+        # scrap itself takes up to 20 s there: that world is judged on its spurious
+        # re-announcements, and its times are reported. The outage is judged on its recovery.
+        if self.world == "default":
             met = {
                 f"{cause} {result}: p99 {p99[(cause, result)]:.0f} s <= {bound} s": bool(
                     p99[(cause, result)] <= bound
