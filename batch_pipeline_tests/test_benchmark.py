@@ -83,9 +83,12 @@ def test_probe_only_prints_the_fast_lane_probe_and_its_plans():
     )
     assert figures.summary_line() == f"probe_ms={figures.probe_ms:.1f}" and figures.probe_ms > 0
     assert not figures.times  # no pipeline runs
-    probe_plans = [line for line in lines if "lane:" in line]
+    probe_lines = [line for line in lines if "lane:" in line]
+    probe_plans = [line for line in probe_lines if "(median of" not in line]
     # the claim-latency sample, unclaimed jobs + (failures, failed, never enqueued) per recovery
     assert len(probe_plans) == 11, probe_plans
+    # and each one's time
+    assert len(probe_lines) - len(probe_plans) == 11, probe_lines
     [sample] = [line for line in probe_plans if "claim-latency sample" in line]
     assert "Seq Scan" not in sample, sample  # a primary-key range
     [unclaimed] = [line for line in probe_plans if "unclaimed PENDING jobs" in line]

@@ -47,15 +47,30 @@ STOPPED_REASON = (
 )
 
 
+def say(line: str) -> None:
+    """One line on stdout at once (to a file or a pipe it is block-buffered otherwise, and a
+    killed process would lose it)."""
+    print(line, flush=True)
+
+
+def wait_interruptibly(process: subprocess.Popen, poll_s: float = 0.5) -> int:
+    """process.wait(), but in short waits: the kernel may hand SIGTERM to another thread of this
+    process (the demo's TIL launcher, the sandbox's watcher), and a blocking wait in the main
+    thread would then never return to run the handler."""
+    while True:
+        try:
+            return process.wait(timeout=poll_s)
+        except subprocess.TimeoutExpired:
+            continue
+
+
 class Supervised:
     """A child process kept alive beside the UI: if it dies, say so and start it again (at most
     `max_restarts` times, then say that it stays down), so the UI never serves a dead sandbox
     in silence. It runs in a process group of its own: a terminal's Ctrl-C reaches this
     process, which stops it (it is not restarted then)."""
 
-    def __init__(
-        self, command: list[str], max_restarts: int = 3, poll_s: float = 1.0, report=print
-    ):
+    def __init__(self, command: list[str], max_restarts: int = 3, poll_s: float = 1.0, report=say):
         self.command, self.max_restarts, self.poll_s, self.report = (
             command,
             max_restarts,
@@ -134,7 +149,7 @@ def stop_dagster_dev(ui: subprocess.Popen, grace_s: float = DAGSTER_DEV_GRACE_S)
     stop_group(ui, signal.SIGKILL, grace_s=1.0)
 
 
-def cancel_runs_cut_short(home: str | None, report=print) -> list[str]:
+def cancel_runs_cut_short(home: str | None, report=say) -> list[str]:
     """Mark CANCELED, with the reason, the runs of the instance at `home` that were in flight
     when `dagster dev` stopped (their processes are gone: nothing will end them otherwise)."""
     if not home:
@@ -171,7 +186,7 @@ class DemoTil(threading.Thread):
     instance has a run of it already (a restarted `make run`). In production the 03:00 schedule
     does this; the demo cannot wait for 03:00."""
 
-    def __init__(self, port: int, home: str | None, day: date, report=print):
+    def __init__(self, port: int, home: str | None, day: date, report=say):
         super().__init__(daemon=True, name="demo_til")
         self.port, self.home, self.day, self.report = port, home, day, report
         self.stopped = threading.Event()
@@ -263,7 +278,7 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
         if demo:
             til = DemoTil(_port(dagster_args or []), env.get("DAGSTER_HOME"), demo_day())
             til.start()
-        code = ui.wait()
+        code = wait_interruptibly(ui)
         print(f"dagster dev exited by itself (exit {code})", flush=True)
         return code
     except KeyboardInterrupt:

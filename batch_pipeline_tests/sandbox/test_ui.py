@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -35,6 +36,7 @@ from batch_pipeline.sandbox.ui import (
     Supervised,
     cancel_runs_cut_short,
     demo_day,
+    wait_interruptibly,
 )
 from batch_pipeline_tests.processes import (
     free_port,
@@ -332,3 +334,28 @@ def test_the_ui_restarts_a_living_sandbox_that_died_and_says_so():
     assert said[2].startswith(
         "sandbox: the living sandbox died again (exit 3) after 2 restarts; it stays down"
     )
+
+
+def test_a_stop_signal_another_thread_receives_still_ends_the_wait():
+    """The kernel may hand SIGTERM to any thread; the main thread's wait must still end (a
+    plain Popen.wait() blocks here until the child exits)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(20)"])
+
+    def stop(_signum, _frame):
+        raise KeyboardInterrupt
+
+    def to_this_thread():
+        time.sleep(0.5)
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    started = time.monotonic()
+    try:
+        threading.Thread(target=to_this_thread).start()
+        with pytest.raises(KeyboardInterrupt):
+            wait_interruptibly(child)
+        assert time.monotonic() - started < 5
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        child.kill()
+        child.wait()
