@@ -274,7 +274,7 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
         if demo:
             sandbox = Supervised([sys.executable, "-m", "batch_pipeline.sandbox", "live"])
         # `dagster dev` in a process group of its own: the stop below reaches all of it.
-        ui = subprocess.Popen(command, start_new_session=True, cwd=cwd, env=env)
+        ui = start_group(command, cwd=cwd, env=env)
         if demo:
             til = DemoTil(_port(dagster_args or []), env.get("DAGSTER_HOME"), demo_day())
             til.start()

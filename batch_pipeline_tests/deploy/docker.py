@@ -11,12 +11,26 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import yaml
 
 from batch_pipeline_tests.processes import ROOT
 
 IMAGE = "batch-pipeline:test"
 # Where no registry is reachable, a base image from Debian's packages (bookworm: Python 3.11.2).
 LOCAL_BASE = "local/python:3.11"
+
+
+DEPLOY = ROOT / "deploy"
+
+
+def deploy_file(name: str):
+    """A file of deploy/, read as the tools read it."""
+    return yaml.safe_load((DEPLOY / name).read_text())
+
+
+def launcher_env_vars() -> list[str]:
+    """The variables deploy/dagster.compose.yaml's run launcher passes on to each run."""
+    return deploy_file("dagster.compose.yaml")["run_launcher"]["config"]["env_vars"]
 
 
 def docker(*args, check=True, timeout=600, input_text=None):

@@ -1,19 +1,13 @@
 """deploy/docker-compose.yml and deploy/dagster.compose.yaml, read as the tools read them:
 who can reach what, the project's run queue, nothing secret inside."""
 
-from pathlib import Path
-
 import yaml
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-
-
-def load(name):
-    return yaml.safe_load((DEPLOY / name).read_text())
+from batch_pipeline_tests.deploy.docker import DEPLOY, deploy_file, launcher_env_vars
 
 
 def test_only_the_webserver_is_published_and_only_on_loopback():
-    services = load("docker-compose.yml")["services"]
+    services = deploy_file("docker-compose.yml")["services"]
     published = {
         name: service["ports"] for name, service in services.items() if service.get("ports")
     }
@@ -22,7 +16,7 @@ def test_only_the_webserver_is_published_and_only_on_loopback():
 
 
 def test_the_compose_instance_has_the_run_queue_monitoring_and_the_docker_run_launcher():
-    instance, production = load("dagster.compose.yaml"), load("dagster.prod.yaml")
+    instance, production = deploy_file("dagster.compose.yaml"), deploy_file("dagster.prod.yaml")
     assert instance["concurrency"] == production["concurrency"]
     assert instance["run_monitoring"] == production["run_monitoring"]
     assert instance["storage"] == production["storage"]
@@ -47,9 +41,9 @@ def run_settings() -> set[str]:
 def test_every_setting_reaches_the_code_server_the_daemon_and_each_run_s_container():
     """A run loads the code location again: a setting the code server sees and the run does not
     (SAN_RECOVERY_CRON, SAN_TIL_FIRST_DAY...) would give the run other definitions."""
-    passed_on = set(load("dagster.compose.yaml")["run_launcher"]["config"]["env_vars"])
+    passed_on = set(launcher_env_vars())
     assert passed_on == run_settings() | DAGSTER_STORAGE
-    compose = load("docker-compose.yml")
+    compose = deploy_file("docker-compose.yml")
     for name in ("code-server", "webserver", "daemon"):
         environment = compose["services"][name]["environment"]
         # the launcher reads each from the daemon's (and, to stop a run, the webserver's) own
@@ -57,7 +51,7 @@ def test_every_setting_reaches_the_code_server_the_daemon_and_each_run_s_contain
 
 
 def test_each_service_has_a_health_check_of_its_own_and_the_image_none():
-    services = load("docker-compose.yml")["services"]
+    services = deploy_file("docker-compose.yml")["services"]
     one_shot = {"dagster-migrate"}  # `dagster instance migrate`, then it exits
     assert all("healthcheck" in services[name] for name in set(services) - one_shot)
     assert services["webserver"]["depends_on"]["dagster-migrate"] == {
@@ -74,7 +68,7 @@ def test_the_socket_holders_are_the_image_s_user_with_the_socket_s_group():
     """The daemon starts run containers, and the webserver stops one when an operator presses
     Terminate (1.13: GraphQL -> QueuedRunCoordinator.cancel_run -> DockerRunLauncher.terminate,
     in the webserver's own process)."""
-    services = load("docker-compose.yml")["services"]
+    services = deploy_file("docker-compose.yml")["services"]
     for name in ("webserver", "daemon"):
         service = services[name]
         assert "/var/run/docker.sock:/var/run/docker.sock" in service["volumes"]

@@ -10,13 +10,18 @@ import socket
 import uuid
 
 import pytest
-import yaml
 from dagster import AssetKey, DagsterInstance
 
 from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
 from batch_pipeline.sandbox.processes import stop_group, wait_for
-from batch_pipeline_tests.deploy.docker import IMAGE, build_image, docker, docker_engine
+from batch_pipeline_tests.deploy.docker import (
+    IMAGE,
+    build_image,
+    docker,
+    docker_engine,
+    launcher_env_vars,
+)
 from batch_pipeline_tests.processes import (
     BIN,
     ROOT,
@@ -26,12 +31,6 @@ from batch_pipeline_tests.processes import (
     serving,
     start,
 )
-
-
-def launcher_env_vars() -> list[str]:
-    """The variables deploy/dagster.compose.yaml's run launcher passes on to each run."""
-    config = yaml.safe_load((ROOT / "deploy" / "dagster.compose.yaml").read_text())
-    return config["run_launcher"]["config"]["env_vars"]
 
 
 def reachable(host: str, port: int) -> bool:
