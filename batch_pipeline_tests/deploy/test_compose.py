@@ -1,6 +1,11 @@
 """deploy/docker-compose.yml and deploy/dagster.compose.yaml, read as the tools read them:
 who can reach what, the project's run queue, nothing secret inside."""
 
+import os
+import shutil
+import subprocess
+
+import pytest
 import yaml
 
 from batch_pipeline_tests.deploy.docker import DEPLOY, deploy_file, launcher_env_vars
@@ -81,6 +86,41 @@ def test_the_socket_holders_are_the_image_s_user_with_the_socket_s_group():
     daemon = services["daemon"]
     assert daemon["init"] is True and "kill -TERM 1" in str(daemon["healthcheck"]["test"])
     assert int(daemon["environment"]["DAGSTER_DAEMON_HEARTBEAT_TOLERANCE"]) < 1800
+
+
+def daemon_health_check(tmp_path, grace_s: int | None = None) -> subprocess.CompletedProcess:
+    """The daemon's health check as Docker runs it, with a liveness check that fails, in a PID
+    namespace of its own whose PID 1 (the shell itself, as Docker's init in the container) says
+    when it is sent SIGTERM; `grace_s` replaces the check's grace."""
+    test = deploy_file("docker-compose.yml")["services"]["daemon"]["healthcheck"]["test"]
+    assert test[0] == "CMD-SHELL"
+    command = test[1].replace("$$", "$")  # compose's escape for a literal $
+    if grace_s is not None:
+        command = command.replace("-lt 120", f"-lt {grace_s}")
+    (tmp_path / "dagster-daemon").write_text("#!/bin/sh\necho 'Daemon(s) not running'; exit 1\n")
+    (tmp_path / "dagster-daemon").chmod(0o755)
+    script = f"trap 'echo stopped by the health check; exit 143' TERM; {command}"
+    return subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", script],
+        env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare"
+)
+def test_the_daemon_s_health_check_stops_it_only_after_its_start_period(tmp_path):
+    """A daemon still starting has sent no heartbeat: stopping it then would restart it over and
+    over on a slow host. The check's grace is the service's start_period."""
+    daemon = deploy_file("docker-compose.yml")["services"]["daemon"]
+    assert daemon["healthcheck"]["start_period"] == "120s"
+    young = daemon_health_check(tmp_path)
+    assert (young.returncode, young.stdout) == (1, "Daemon(s) not running\n"), young
+    old = daemon_health_check(tmp_path, grace_s=-1)  # as if the container were older
+    assert old.returncode == 143 and "stopped by the health check" in old.stdout, old
 
 
 def test_no_secret_is_written_into_the_deployment_files():
