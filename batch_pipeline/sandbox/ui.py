@@ -3,10 +3,10 @@ with the living sandbox beside it, and a stop that stops all of it.
 
 A stop is Ctrl-C in a terminal (SIGINT to the foreground process group) or SIGTERM to this
 process (systemd, `docker stop`, `kill`; make passes it on to the recipe's command, which is
-`exec`ed). Either way, within STOP_WITHIN: the living sandbox first (no new writes), then
-`dagster dev` (told first, the whole group killed if it is not done by then), then every run
-the stop cut short is marked CANCELED with the reason, so the next start shows no failure
-nobody explains. This process exits 0; nothing is restarted.
+`exec`ed). Either way, within STOP_WITHIN_S: the living sandbox and `dagster dev` are told at
+once (each group killed if it is not done within its grace), then every run the stop cut short
+is marked CANCELED with the reason, so the next start shows no failure nobody explains. This
+process exits 0; nothing is restarted.
 """
 
 import os
@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -29,8 +30,9 @@ from batch_pipeline.sandbox.live import LIVE_RECOVERY_CRON
 from batch_pipeline.sandbox.processes import start_group, stop_group
 from batch_pipeline.til.auto_generation import day_bounds, detect_users_of_day
 
-# A stop takes at most this long; `dagster dev` has DAGSTER_DEV_GRACE of it to shut down its
-# webserver, daemon and code servers itself.
+# A stop takes at most this long: `dagster dev` has DAGSTER_DEV_GRACE_S of it to shut down its
+# webserver, daemon and code servers itself (the sandbox, stopped at the same time, less), then
+# SIGKILL, then the runs it cut short are marked CANCELED.
 STOP_WITHIN_S = 10.0
 DAGSTER_DEV_GRACE_S = 6.0
 SANDBOX_GRACE_S = 2.0
@@ -147,6 +149,16 @@ def stop_dagster_dev(ui: subprocess.Popen, grace_s: float = DAGSTER_DEV_GRACE_S)
         except subprocess.TimeoutExpired:
             pass
     stop_group(ui, signal.SIGKILL, grace_s=1.0)
+
+
+def stop_at_once(*stops: Callable[[], None]) -> None:
+    """Run every stop at the same time, each in a thread of its own, and return when all are
+    done: a stop takes as long as the slowest, not their sum."""
+    threads = [threading.Thread(target=stop) for stop in stops]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def cancel_runs_cut_short(home: str | None, report=say) -> list[str]:
@@ -283,12 +295,15 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
         return code
     except KeyboardInterrupt:
         started = time.monotonic()
-        print("stopping: the living sandbox, then dagster dev …", flush=True)
-        if sandbox is not None:
-            sandbox.stop()
-            sandbox = None
+        # A second Ctrl-C (or a SIGTERM after it) would interrupt the bounded stop half-way.
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)
+        print("stopping: the living sandbox and dagster dev …", flush=True)
+        stops = [] if sandbox is None else [sandbox.stop]
         if ui is not None:
-            stop_dagster_dev(ui)
+            stops.append(lambda: stop_dagster_dev(ui))
+        stop_at_once(*stops)
+        sandbox = None
         cancel_runs_cut_short(env.get("DAGSTER_HOME"))
         print(f"stopped in {time.monotonic() - started:.1f} s", flush=True)
         return 0
