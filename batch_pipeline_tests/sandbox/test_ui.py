@@ -217,12 +217,21 @@ def states_of(pids: list[int]) -> str:
 
 # How a stop arrives: `kill`, `docker stop` and systemd (KillMode=mixed) send SIGTERM to the main
 # process (here make, which passes it on to the recipe's `exec`ed command); a terminal's Ctrl-C
-# sends SIGINT to the whole foreground process group.
+# sends SIGINT to the whole foreground process group; a script's `make run &` starts make with
+# SIGINT ignored, and `kill -INT -- -PGID` later. (via, signal, to the group, SIGINT ignored)
 STOPS = {
-    "kill, docker stop: SIGTERM to make": ("make", signal.SIGTERM, False),
-    "terminal: Ctrl-C to make's process group": ("make", signal.SIGINT, True),
-    "SIGTERM to the command itself": ("python", signal.SIGTERM, False),
+    "kill, docker stop: SIGTERM to make": ("make", signal.SIGTERM, False, False),
+    "terminal: Ctrl-C to make's process group": ("make", signal.SIGINT, True, False),
+    "script: SIGINT to the group of a background make": ("make", signal.SIGINT, True, True),
+    "SIGTERM to the command itself": ("python", signal.SIGTERM, False, False),
 }
+
+
+def ignore_sigint() -> None:
+    """For `preexec_fn`: what a non-interactive shell does to a command it starts with `&`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 # The stop's bound, and room for a loaded machine to notice every process has exited.
 STOPPED_WITHIN_S = STOP_WITHIN_S + 5
 
@@ -232,7 +241,7 @@ def test_a_stop_stops_everything_within_seconds_cancels_what_it_cut_short_restar
     tmp_path, stop, request
 ):
     how = request.node.callspec.id
-    via, stop_signal, to_the_group = stop
+    via, stop_signal, to_the_group, sigint_ignored = stop
     home = tmp_path / "dagster_home"
     env = sandbox_env(tmp_path / "data")
     env.pop("DAGSTER_HOME", None)
@@ -244,7 +253,13 @@ def test_a_stop_stops_everything_within_seconds_cancels_what_it_cut_short_restar
         command = sandbox_ui(port)
     log = open(tmp_path / "ui.log", "w")
     process = subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=ignore_sigint if sigint_ignored else None,
     )
     try:
         wait_for(lambda: serving(f"http://127.0.0.1:{port}"), 180, "the UI")
