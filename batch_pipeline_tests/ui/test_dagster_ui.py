@@ -16,8 +16,9 @@ from dagster._core.scheduler.instigation import InstigatorStatus, InstigatorType
 from playwright.sync_api import expect, sync_playwright
 from sqlalchemy import insert
 
+from batch_pipeline.recovery.plan import MAX_ATTEMPTS
 from batch_pipeline.san.database import create_san_engine, utc_now
-from batch_pipeline.san.tables import CARD_ANALYSIS, PENDING, jobs
+from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING, jobs, scraps
 from batch_pipeline.sandbox.processes import start_group, stop_group, wait_for
 from batch_pipeline_tests.processes import (
     free_port,
@@ -143,13 +144,19 @@ def open_from_the_sidebar(base, page, section: str, name: str) -> None:
     page.get_by_text(name, exact=True).first.click()
 
 
-def launch_recovery_run(base, home, page, done_before: int) -> None:
-    """The README's directions: Jobs -> recovery_job, the arrow beside Materialize all -> Open
-    launchpad -> Materialize (an asset job has no Launchpad tab of its own)."""
-    open_from_the_sidebar(base, page, "Jobs", "recovery_job")
-    page.locator("button:right-of(:text('Materialize all'))").first.click()
+def open_the_launchpad_of_an_asset_job(base, page, job: str, button: str):
+    """The README's directions: Jobs -> the job, the arrow beside its materialize button
+    (*Materialize all* for several assets, *Materialize* for one) -> Open launchpad (an asset
+    job has no Launchpad tab of its own); the launchpad's dialog."""
+    open_from_the_sidebar(base, page, "Jobs", job)
+    page.locator(f"button:right-of(:text-is('{button}'))").first.click()
     page.get_by_role("menuitem", name="Open launchpad").click()
-    dialog = page.get_by_role("dialog")
+    return page.get_by_role("dialog")
+
+
+def launch_recovery_run(base, home, page, done_before: int) -> None:
+    """recovery_job's launchpad -> Materialize, with its default config."""
+    dialog = open_the_launchpad_of_an_asset_job(base, page, "recovery_job", "Materialize all")
     expect(dialog.get_by_text("Launchpad (configure assets)")).to_be_visible()
     expect(dialog.get_by_text("stale_pending_after_minutes: 30")).to_be_visible()
     shot(page, "3_recovery_launchpad")
@@ -267,3 +274,63 @@ def test_6_one_scrap_s_story_from_explain_job_s_launchpad(dagster_dev, page):
     expect(dialog.get_by_text("scrap 6 (user", exact=False)).to_be_visible()
     expect(dialog.get_by_text("Dagster runs that touched it")).to_be_visible()
     shot(page, "6_explain_story")
+
+
+def test_7_a_dry_run_redrive_of_an_exhausted_scrap_from_redrive_job_s_launchpad(dagster_dev, page):
+    """The README's path: Jobs -> redrive_job, the arrow beside Materialize (its one asset) ->
+    Open launchpad; a dry run lists the exhausted scrap it would redrive and enqueues nothing."""
+    base, home, san_sqlite = dagster_dev
+    engine = create_san_engine(f"sqlite:///{san_sqlite}")
+    long_ago = utc_now() - timedelta(days=1)
+    with engine.begin() as conn:  # a scrap the AI failed on max_attempts times: exhausted
+        scrap = conn.execute(
+            insert(scraps)
+            .values(
+                user_id=1,
+                original_content="poison",
+                refined_content="poison",
+                created_at=long_ago,
+                updated_at=long_ago,
+            )
+            .returning(scraps.c.id)
+        ).scalar_one()
+        conn.execute(
+            insert(jobs),
+            [
+                dict(
+                    job_type=CARD_ANALYSIS,
+                    target_id=scrap,
+                    status=FAILED,
+                    error_message="AI 500",
+                    created_at=long_ago,
+                    updated_at=long_ago,
+                )
+                for _ in range(MAX_ATTEMPTS)
+            ],
+        )
+
+    def jobs_of_the_scrap():
+        with engine.connect() as conn:
+            return len(conn.execute(jobs.select().where(jobs.c.target_id == scrap)).all())
+
+    dialog = open_the_launchpad_of_an_asset_job(base, page, "redrive_job", "Materialize")
+    dialog.locator(".CodeMirror").first.click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(
+        "ops:\n  redrive:\n    config:\n      area: orphan_scrap_recovery\n"
+        f"      target_ids: [{scrap}]\n"
+    )
+    shot(page, "7_redrive_launchpad")
+    dialog.get_by_role("button", name="Materialize").click()
+    wait_for(
+        lambda: [r for r in runs_of(home, "redrive_job") if r.status == DagsterRunStatus.SUCCESS],
+        120,
+        "the dry-run redrive to succeed",
+    )
+    with instance_at(home) as instance:
+        observed = instance.fetch_observations(AssetKey("redrive"), limit=1).records
+    metadata = observed[0].asset_observation.metadata
+    assert metadata["dry_run"].value is True
+    assert [pair["target_id"] for pair in metadata["would_redrive"].value] == [scrap]
+    assert jobs_of_the_scrap() == MAX_ATTEMPTS  # a dry run: no new job
+    engine.dispose()
