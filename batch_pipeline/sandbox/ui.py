@@ -2,11 +2,11 @@
 with the living sandbox beside it, and a stop that stops all of it.
 
 A stop is Ctrl-C in a terminal (SIGINT to the foreground process group) or SIGTERM to this
-process (systemd, `docker stop`, `kill`; make passes it on to the recipe's command, which is
-`exec`ed). Either way, within STOP_WITHIN_S: the living sandbox and `dagster dev` are told at
-once (each group killed if it is not done within its grace), then every run the stop cut short
-is marked CANCELED with the reason, so the next start shows no failure nobody explains. This
-process exits 0; nothing is restarted.
+process (`kill`, `docker stop`, systemd with KillMode=mixed; make passes it on to the recipe's
+command, which is `exec`ed). Either way, within STOP_WITHIN_S: the living sandbox and
+`dagster dev` are told at once (each group killed if it is not done within its grace), then
+every run the stop cut short is marked CANCELED with the reason, so the next start shows no
+failure nobody explains. This process exits 0; nothing is restarted.
 """
 
 import os
