@@ -44,7 +44,7 @@ from batch_pipeline.sandbox.time_to_heal import (
     run_experiment,
 )
 from batch_pipeline.sandbox.time_travel import age_database
-from batch_pipeline.sandbox.ui import run_ui
+from batch_pipeline.sandbox.ui import run_ui, say
 
 FAULT_FLAGS = {
     "event_lost": "--event-lost",
@@ -245,7 +245,7 @@ def run_command(args, faults: Faults | None) -> int:
         age_database(engine, timedelta(hours=args.hours))
         print(f"{where}: every timestamp moved back {args.hours} h")
     elif args.command == "live":
-        print(f"sandbox: a living SAN at {where} (Ctrl-C stops it)", flush=True)
+        say(f"sandbox: a living SAN at {where} (Ctrl-C stops it)")
         run_live(
             engine,
             LiveSettings(
@@ -254,7 +254,7 @@ def run_command(args, faults: Faults | None) -> int:
                 san_minutes_per_tick=args.san_minutes_per_tick,
                 faults=faults,
             ),
-            report=lambda line: print(line, flush=True),
+            report=say,
         )
     return 0
 
@@ -270,7 +270,7 @@ def converge(args, faults: Faults) -> int:
             faults=faults,
             max_attempts=args.max_attempts,
             dispatcher=args.dispatcher,
-            report=lambda line: print(line, flush=True),
+            report=say,
         )
     print()
     print(result.table())
@@ -307,7 +307,7 @@ def time_to_heal(args, faults: Faults) -> int:
     with scratch_database(args.server_url) as url:
         engine = create_san_engine(url)
         init_sandbox(engine)
-        figures = run_experiment(url, engine, settings, report=lambda line: print(line, flush=True))
+        figures = run_experiment(url, engine, settings, report=say)
         engine.dispose()
     print()
     print(figures.report())

@@ -267,7 +267,7 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
         finally:
             engine.dispose()
     else:
-        print("SAN_DATABASE_URL is set: no sandbox, the UI works on that database", flush=True)
+        say("SAN_DATABASE_URL is set: no sandbox, the UI works on that database")
     command, cwd, env = dagster_dev(command)
     demo = live and not os.environ.get("SAN_DATABASE_URL")
     if demo and not env.get("SAN_RECOVERY_CRON"):
@@ -291,21 +291,21 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
             til = DemoTil(_port(dagster_args or []), env.get("DAGSTER_HOME"), demo_day())
             til.start()
         code = wait_interruptibly(ui)
-        print(f"dagster dev exited by itself (exit {code})", flush=True)
+        say(f"dagster dev exited by itself (exit {code})")
         return code
     except KeyboardInterrupt:
         started = time.monotonic()
         # A second Ctrl-C (or a SIGTERM after it) would interrupt the bounded stop half-way.
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)
-        print("stopping: the living sandbox and dagster dev …", flush=True)
+        say("stopping: the living sandbox and dagster dev …")
         stops = [] if sandbox is None else [sandbox.stop]
         if ui is not None:
             stops.append(lambda: stop_dagster_dev(ui))
         stop_at_once(*stops)
         sandbox = None
         cancel_runs_cut_short(env.get("DAGSTER_HOME"))
-        print(f"stopped in {time.monotonic() - started:.1f} s", flush=True)
+        say(f"stopped in {time.monotonic() - started:.1f} s")
         return 0
     finally:
         if sandbox is not None:

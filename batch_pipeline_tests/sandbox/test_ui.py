@@ -10,6 +10,7 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from dagster import (
@@ -215,15 +216,32 @@ def states_of(pids: list[int]) -> str:
     return "\n".join(lines)
 
 
-# How a stop arrives: `kill`, `docker stop` and systemd (KillMode=mixed) send SIGTERM to the main
-# process (here make, which passes it on to the recipe's `exec`ed command); a terminal's Ctrl-C
-# sends SIGINT to the whole foreground process group; a script's `make run &` starts make with
-# SIGINT ignored, and `kill -INT -- -PGID` later. (via, signal, to the group, SIGINT ignored)
+class Stop(NamedTuple):
+    """How a stop arrives: `to` (make, or the command itself), `signal`, sent to its process
+    group or to it alone, `presses` times a second apart, to a process started with SIGINT
+    ignored or not."""
+
+    to: str
+    signal: signal.Signals
+    to_the_group: bool = False
+    presses: int = 1
+    sigint_ignored: bool = False
+
+
+# `kill`, `docker stop` and systemd (KillMode=mixed) send SIGTERM to the main process (here make,
+# which passes it on to the recipe's `exec`ed command); a terminal's Ctrl-C sends SIGINT to the
+# whole foreground process group; a script's `make run &` starts make with SIGINT ignored, and
+# `kill -INT -- -PGID` later.
 STOPS = {
-    "kill, docker stop: SIGTERM to make": ("make", signal.SIGTERM, False, False),
-    "terminal: Ctrl-C twice to make's process group": ("make", signal.SIGINT, True, False),
-    "script: SIGINT to the group of a background make": ("make", signal.SIGINT, True, True),
-    "SIGTERM to the command itself": ("python", signal.SIGTERM, False, False),
+    "kill, docker stop: SIGTERM to make": Stop("make", signal.SIGTERM),
+    # an impatient user: the second must not break the stop half-way
+    "terminal: Ctrl-C twice to make's process group": Stop(
+        "make", signal.SIGINT, to_the_group=True, presses=2
+    ),
+    "script: SIGINT to the group of a background make": Stop(
+        "make", signal.SIGINT, to_the_group=True, sigint_ignored=True
+    ),
+    "SIGTERM to the command itself": Stop("python", signal.SIGTERM),
 }
 
 
@@ -241,12 +259,11 @@ def test_a_stop_stops_everything_within_seconds_cancels_what_it_cut_short_restar
     tmp_path, stop, request
 ):
     how = request.node.callspec.id
-    via, stop_signal, to_the_group, sigint_ignored = stop
     home = tmp_path / "dagster_home"
     env = sandbox_env(tmp_path / "data")
     env.pop("DAGSTER_HOME", None)
     port = free_port()
-    if via == "make":  # make makes the home
+    if stop.to == "make":  # make makes the home
         command = ["make", "-s", "run", f"PORT={port}", f"RUN_HOME={home}"]
     else:
         env["DAGSTER_HOME"] = str(run_home(tmp_path))
@@ -259,7 +276,7 @@ def test_a_stop_stops_everything_within_seconds_cancels_what_it_cut_short_restar
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        preexec_fn=ignore_sigint if sigint_ignored else None,
+        preexec_fn=ignore_sigint if stop.sigint_ignored else None,
     )
     try:
         wait_for(lambda: serving(f"http://127.0.0.1:{port}"), 180, "the UI")
@@ -283,13 +300,12 @@ def test_a_stop_stops_everything_within_seconds_cancels_what_it_cut_short_restar
         )
         before = states_of([process.pid, *processes_of(home)])
         asked = time.monotonic()
-        if to_the_group:
-            os.killpg(process.pid, stop_signal)
-            if "twice" in how:  # an impatient user: the second must not break the stop half-way
-                time.sleep(1)
-                os.killpg(process.pid, stop_signal)
-        else:
-            process.send_signal(stop_signal)
+        for press in range(stop.presses):
+            time.sleep(1 if press else 0)
+            if stop.to_the_group:
+                os.killpg(process.pid, stop.signal)
+            else:
+                process.send_signal(stop.signal)
         try:
             wait_for(
                 lambda: not processes_of(home),
@@ -305,7 +321,7 @@ def test_a_stop_stops_everything_within_seconds_cancels_what_it_cut_short_restar
             )
         stopped_after = time.monotonic() - asked
         process.wait(15)
-        if via == "python":
+        if stop.to == "python":
             assert process.returncode == 0
         said = (tmp_path / "ui.log").read_text()
         print(f"{how}: everything stopped {stopped_after:.1f} s after the signal")
