@@ -4,6 +4,7 @@ them and waiting for a condition: batch_pipeline.sandbox.processes, shared with 
 the benchmark.)"""
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from batch_pipeline.sandbox.processes import start_group, wait_for
+from batch_pipeline.sandbox.processes import start_group, stop_group, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -139,3 +140,108 @@ def launch_through_webserver(
     id, final status)."""
     run_id = submit_through_webserver(port, job_name, run_config)
     return run_id, wait_for_status(port, run_id, ("SUCCESS", "FAILURE", "CANCELED"), timeout_s)
+
+
+@contextmanager
+def san_database_of_its_own(server_url: str):
+    """A PostgreSQL database of its own with the SAN app's DDL in its public schema (a pooler
+    passes no search_path option on), dropped afterwards; yields its name."""
+    from batch_pipeline.sandbox.app_schema import APP_DDL
+
+    admin = create_engine(server_url).execution_options(isolation_level="AUTOCOMMIT")
+    name = f"bp_san_{uuid.uuid4().hex[:10]}"
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    own = create_engine(make_url(server_url).set(database=name))
+    try:
+        with own.begin() as conn:
+            conn.exec_driver_sql(APP_DDL.read_text())
+        yield name
+    finally:
+        own.dispose()
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        admin.dispose()
+
+
+# PgBouncer in transaction mode, as SAN may run it in front of its database: each transaction
+# of a client may get another server connection. server_round_robin makes that the rule rather
+# than luck (the default reuses the connection a client just released while it is idle).
+PGBOUNCER_SETTINGS = """\
+[databases]
+san = host={host} port={port} dbname={database} user={user}
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {listen_port}
+auth_type = any
+pool_mode = transaction
+server_round_robin = 1
+default_pool_size = {server_connections}
+unix_socket_dir =
+"""
+
+
+@contextmanager
+def pgbouncer(server_url: str, database: str, folder: Path):
+    """A real PgBouncer (Debian's package) in transaction mode in front of `database`, on a port
+    of its own; yields the SQLAlchemy URL of the database through it. Started as the postgres
+    user when this is root (PgBouncer refuses to run as root)."""
+    server = make_url(server_url)
+    listen_port = free_port()
+    settings = folder / "pgbouncer.ini"
+    settings.write_text(
+        PGBOUNCER_SETTINGS.format(
+            host=server.host or "127.0.0.1",
+            port=server.port or 5432,
+            database=database,
+            user=server.username or "postgres",
+            listen_port=listen_port,
+            server_connections=SERVER_CONNECTIONS,
+        )
+    )
+    as_user = ["-u", "postgres"] if os.geteuid() == 0 else []
+    log_path = folder / "pgbouncer.log"
+    with open(log_path, "wb") as log:
+        bouncer = start_group([PGBOUNCER, *as_user, str(settings)], stdout=log, stderr=log)
+    try:
+        wait_for(
+            lambda: bouncer.poll() is not None or _accepts(listen_port),
+            30,
+            f"PgBouncer on port {listen_port}",
+            every_s=0.2,
+        )
+        assert bouncer.poll() is None, f"PgBouncer did not start: {log_path.read_text()}"
+        url = f"postgresql+psycopg://{server.username or 'postgres'}@127.0.0.1:{listen_port}/san"
+        _open_server_connections(url, SERVER_CONNECTIONS)
+        yield url
+    finally:
+        stop_group(bouncer, grace_s=10)
+
+
+# Debian's package puts it in /usr/sbin, which a non-root PATH may lack.
+PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+# Server connections PgBouncer keeps open: with several idle ones and round robin, a client's
+# transactions run on one after another, never twice in a row on the same.
+SERVER_CONNECTIONS = 3
+
+
+def _open_server_connections(url: str, count: int) -> None:
+    """Make PgBouncer open `count` server connections now (clients in a transaction at once),
+    so round robin has them from the first transaction on."""
+    engine = create_engine(url, pool_size=count)
+    try:
+        held = [engine.connect() for _ in range(count)]
+        for conn in held:
+            conn.execute(text("SELECT 1"))  # each holds a server connection until its commit
+        for conn in held:
+            conn.close()
+    finally:
+        engine.dispose()
+
+
+def _accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False

@@ -3,11 +3,13 @@
 The `jobs` row is the source of truth; an announcement only wakes a worker. `pg_notify` is sent
 inside the transaction that inserts the job, so PostgreSQL delivers it exactly when the job
 commits. The Redis stream is written after commit: a failed publish is logged and counted, the
-job stays PENDING and the next ghost-job recovery re-announces it.
+job stays PENDING, and the fast lane announces it again within seconds (with SAN_REANNOUNCE
+off, ghost-job recovery re-enqueues it once it is a ghost).
 """
 
 import logging
 import re
+import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -117,13 +119,28 @@ class PgNotifyDispatcher(Dispatcher):
             conn.execute(self._notify, {"job_ids": [job.job_id for job in new_jobs]})
 
 
+# What a run may wait, in all, on a Redis that does not answer (stopped, hung, unreachable):
+# each write batch waits for its own publish, so without a bound for the whole run a hung Redis
+# would cost `timeout_s` per batch (a run of 2,000 batches: hours). Past it, the run announces
+# nothing more and counts the rest as failures; the jobs are committed either way.
+REDIS_WAIT_PER_RUN_S = 15.0
+
+
 class RedisStreamDispatcher(Dispatcher):
     kind = "redis_stream"
 
-    def __init__(self, redis_url: str, stream: str = REDIS_STREAM, timeout_s: float = 5.0):
+    def __init__(
+        self,
+        redis_url: str,
+        stream: str = REDIS_STREAM,
+        timeout_s: float = 5.0,
+        wait_per_run_s: float = REDIS_WAIT_PER_RUN_S,
+    ):
         self.redis_url = redis_url
         self.stream = stream
         self.timeout_s = timeout_s
+        self.wait_left_s = wait_per_run_s  # spent by publishes that failed, never refilled
+        self.attempts = 0
         self._client = None
 
     def _redis(self):
@@ -140,19 +157,28 @@ class RedisStreamDispatcher(Dispatcher):
     def announce_after_commit(self, new_jobs: Sequence[NewJob]) -> int:
         if not new_jobs:
             return 0
+        if self.wait_left_s <= 0:  # this run waited long enough on Redis: count, do not wait
+            return len(new_jobs)
+        self.attempts += 1
+        started = time.monotonic()
         try:
             pipe = self._redis().pipeline(transaction=False)
             for job in new_jobs:
                 pipe.xadd(self.stream, {key: str(value) for key, value in job.payload().items()})
             pipe.execute()
-        except Exception as error:  # the job rows are committed; recovery re-announces them
+        except Exception as error:  # the job rows are committed; the fast lane announces again
+            self.wait_left_s -= time.monotonic() - started
             log.warning(
                 "could not announce %d job(s) on Redis stream %s at %s: %s; they stay PENDING "
-                "and the next ghost-job recovery re-enqueues them",
+                "and the fast lane announces them again (with SAN_REANNOUNCE=off, ghost-job "
+                "recovery re-enqueues them as ghosts)%s",
                 len(new_jobs),
                 self.stream,
                 redacted(self.redis_url),
                 redact_secrets(str(error), self.redis_url),
+                "; this run waited on Redis long enough and announces nothing more"
+                if self.wait_left_s <= 0
+                else "",
             )
             return len(new_jobs)
         return 0

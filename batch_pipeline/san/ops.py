@@ -104,9 +104,9 @@ def warn_about_unannounced_jobs(
     if announce_failures:
         context.log.warning(
             f"{area}: could not announce {announce_failures} new job(s) (the dispatcher failed; "
-            "see "
-            "announce_failures). They are committed as PENDING; the next ghost-job recovery "
-            "re-enqueues them."
+            "see announce_failures). They are committed as PENDING; the fast lane announces them "
+            "again within seconds (with SAN_REANNOUNCE=off, ghost-job recovery re-enqueues them "
+            "as ghosts)."
         )
 
 

@@ -100,17 +100,24 @@ class JobDispatcherResource(ConfigurableResource):
         f"{PG_NOTIFY_CHANNEL}.",
     )
 
+    _dispatchers: dict = PrivateAttr(default_factory=dict)
+
     def for_database(self, engine: Engine) -> Dispatcher:
-        try:
-            return build_dispatcher(
-                self.kind,
-                engine.dialect.name,
-                self.redis_url or DEFAULT_REDIS_URL,
-                self.redis_stream or REDIS_STREAM,
-                self.notify_channel or PG_NOTIFY_CHANNEL,
-            )
-        except DispatcherConfigError as error:
-            raise Failure(description=str(error), allow_retries=False) from error
+        """One dispatcher per database kind for the whole run (every area of recovery_job):
+        what a run may wait on a Redis that does not answer is bounded for the run, not per
+        area (dispatch.REDIS_WAIT_PER_RUN_S)."""
+        if engine.dialect.name not in self._dispatchers:
+            try:
+                self._dispatchers[engine.dialect.name] = build_dispatcher(
+                    self.kind,
+                    engine.dialect.name,
+                    self.redis_url or DEFAULT_REDIS_URL,
+                    self.redis_stream or REDIS_STREAM,
+                    self.notify_channel or PG_NOTIFY_CHANNEL,
+                )
+            except DispatcherConfigError as error:
+                raise Failure(description=str(error), allow_retries=False) from error
+        return self._dispatchers[engine.dialect.name]
 
 
 def _from_env(setting: Setting) -> EnvVar | None:

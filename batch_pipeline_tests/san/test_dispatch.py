@@ -1,5 +1,6 @@
 """Announcing new jobs: pg_notify in the transaction, Redis stream after commit, or rows only."""
 
+import socket
 import uuid
 
 import pytest
@@ -17,6 +18,7 @@ from batch_pipeline.san.dispatch import (
 )
 from batch_pipeline.san.enqueue import BatchWritten, enqueue_jobs, run_in_batches
 from batch_pipeline.san.job_source import EnqueueRequest
+from batch_pipeline.san.resources import JobDispatcherResource
 from batch_pipeline.san.tables import CARD_ANALYSIS
 from batch_pipeline_tests.conftest import PG_WRITE_PATHS, job_notifications, san_database_on_path
 
@@ -118,6 +120,32 @@ def test_redis_down_keeps_the_jobs_and_counts_the_failures(san_db, caplog):
     assert report.announce_failures == 2
     assert sorted(j.target_id for j in san_db.jobs()) == [31, 32]
     assert "could not announce 2 job(s)" in caplog.text
+
+
+def test_a_hung_redis_costs_a_run_its_wait_budget_not_a_timeout_per_batch(san_db, caplog):
+    """A Redis that accepts connections and never answers (SIGSTOPped): every batch's jobs are
+    committed and counted as unannounced, yet only the batches within the run's budget wait."""
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(64)  # the kernel completes connections; nobody ever reads or answers
+        port = hung.getsockname()[1]
+        dispatcher = RedisStreamDispatcher(
+            f"redis://127.0.0.1:{port}/0", timeout_s=0.3, wait_per_run_s=0.5
+        )
+        targets = list(range(100, 120))
+        _results, report = run_in_batches(
+            san_db.engine, dispatcher, targets, 2, enqueue_batch(san_db, dispatcher)
+        )
+    assert report.batches == 10 and report.announce_failures == 20
+    assert sorted(job.target_id for job in san_db.jobs()) == targets
+    assert dispatcher.attempts == 2  # 0.3 s each: the budget is spent after the second
+    assert "the fast lane announces them again" in caplog.text
+    assert "announces nothing more" in caplog.text
+
+
+def test_one_run_shares_one_redis_budget_across_its_areas(san_db):
+    resource = JobDispatcherResource(kind="redis_stream", redis_url=REDIS_URL)
+    assert resource.for_database(san_db.engine) is resource.for_database(san_db.engine)
 
 
 def test_the_notify_channel_is_configurable_and_checked():

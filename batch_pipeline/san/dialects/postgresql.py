@@ -101,11 +101,21 @@ def normalise_url(url: URL) -> URL:
 def create_engine(url: URL) -> Engine:
     """An engine whose every transaction starts with READ_SETTINGS and the default bounds
     (the `begin` event: jobs, sensors, `doctor` and the CLI alike). application_name:
-    operators see batch_pipeline's sessions in pg_stat_activity."""
+    operators see batch_pipeline's sessions in pg_stat_activity.
+
+    No prepared statements (`prepare_threshold` None): psycopg prepares a statement on the
+    server after its fifth execution on a connection, and a pooler in transaction mode
+    (PgBouncer before 1.21, or without max_prepared_statements) runs the next transaction on
+    another server connection, where it does not exist. Nothing of a session may outlive its
+    transaction; what it costs: docs/benchmarks.md, "Figures behind the code"."""
     engine = sqlalchemy_engine(
         url,
         pool_pre_ping=True,
-        connect_args={"connect_timeout": 10, "application_name": "batch_pipeline"},
+        connect_args={
+            "connect_timeout": 10,
+            "application_name": "batch_pipeline",
+            "prepare_threshold": None,
+        },
     )
 
     @event.listens_for(engine, "begin")
