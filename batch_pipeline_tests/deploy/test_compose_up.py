@@ -162,14 +162,17 @@ def test_compose_up_runs_terminates_survives_a_daemon_restart_and_rolls_out(
     }
 
     def compose(*args, image=IMAGE, timeout=600):
-        return subprocess.run(
+        done = subprocess.run(
             ["docker-compose", "-p", project, "-f", str(compose_file), *args],
             env={**env, "BATCH_PIPELINE_IMAGE": image},
             capture_output=True,
             text=True,
-            check=True,
             timeout=timeout,
         )
+        if done.returncode != 0:  # compose says why (an unhealthy service, a port) on stderr
+            subprocess.run(["docker", "ps", "-a", "--filter", f"name={project}"], check=False)
+            pytest.fail(f"docker-compose {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
+        return done
 
     # this process reads the same Dagster instance (deploy/dagster.prod.yaml: the same storage)
     home = tmp_path / "dagster_home"
