@@ -31,7 +31,9 @@ def run_recovery(db, instance=None, config=None, dispatcher=None, url=None):
         run_config=recovery_run_config(config),
         resources={
             "san_database": SanDatabase(url=url or db.url),
-            "job_dispatcher": JobDispatcherResource(kind=dispatcher or "none"),
+            "job_dispatcher": dispatcher
+            if isinstance(dispatcher, JobDispatcherResource)
+            else JobDispatcherResource(kind=dispatcher or "none"),
         },
         instance=instance,
         raise_on_error=False,

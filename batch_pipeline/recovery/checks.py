@@ -21,6 +21,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from batch_pipeline.recovery import ghost_jobs
+from batch_pipeline.recovery.dead_runs import AUDIT_OF_RUN
 from batch_pipeline.recovery.plan import RecoveryReport, minutes
 from batch_pipeline.recovery.registry import RECOVERIES
 from batch_pipeline.san.dialects import dialect
@@ -85,9 +86,11 @@ def output_name(spec: AssetCheckSpec) -> str:
 
 
 def recent_audits(instance: DagsterInstance, area: str, limit: int) -> list[dict]:
-    """The metadata of the area's latest materializations, newest first."""
-    records = instance.fetch_materializations(AssetKey(area), limit=limit).records
-    return [{k: v.value for k, v in r.asset_materialization.metadata.items()} for r in records]
+    """The metadata of the area's latest runs' own materializations, newest first (not those a
+    run recorded for a dead one: dead_runs.AUDIT_OF_RUN)."""
+    records = instance.fetch_materializations(AssetKey(area), limit=2 * limit).records
+    audits = [{k: v.value for k, v in r.asset_materialization.metadata.items()} for r in records]
+    return [audit for audit in audits if AUDIT_OF_RUN not in audit][:limit]
 
 
 # -- per recovery: from this run's report and the runs before it ------------------------------

@@ -24,13 +24,16 @@ from batch_pipeline.recovery.plan import (
     minutes,
     plan_recovery,
     planned_report,
+    recognises_its_writes,
     write_recovery,
 )
-from batch_pipeline.san.dialects import dialect
+from batch_pipeline.san.database import read_transaction
+from batch_pipeline.san.dialects import dialect, named_rows
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.enqueue import BatchWritten, enqueue
 from batch_pipeline.san.frames import INT, TEXT, UTC_DATETIME, FrameSchema, frame_instant
 from batch_pipeline.san.job_source import JobSource
+from batch_pipeline.san.limits import WriteLimits
 from batch_pipeline.san.tables import ACTIVE_STATUSES, FAILED, PENDING, PROCESSING, jobs
 
 AREA = "ghost_job_recovery"
@@ -144,12 +147,17 @@ def detect_ghost_jobs(conn: Connection, rule: GhostRule) -> pd.DataFrame:
     return GHOST_JOBS.from_rows(conn.execute(detect_stale_jobs_query(rule)))
 
 
+# How every ghost this recovery closes begins its error_message: with the closing instant, it
+# tells a ghost this recovery closed from one a worker failed.
+CLOSED_BY = "batch_pipeline ghost-job recovery"
+
+
 def _failure_message(conn: Connection, rule: GhostRule) -> ColumnElement:
     def message(status: str, since: ColumnElement, threshold: timedelta) -> ColumnElement:
         # clamped: '-infinity' (or year 1) cannot be subtracted from now in minutes
         minutes_stale = cast(dialect(conn).minutes_since(rule.now, frame_instant(since)), String)
         return (
-            literal(f"batch_pipeline ghost-job recovery: stale in {status} for ")
+            literal(f"{CLOSED_BY}: stale in {status} for ")
             + minutes_stale
             + literal(
                 f" min (threshold {minutes(threshold)} min); re-enqueued as a new job unless at "
@@ -199,6 +207,98 @@ def ghost_source(conn: Connection, job_ids: Sequence[int], rule: GhostRule) -> J
         retry_of_column="id",
         closes_active_jobs=True,
     )
+
+
+def closed_at_query(conn: Connection, instant: datetime, job_ids: Sequence[int] | None = None):
+    """The ghosts this recovery closed at `instant` (of `job_ids`, or all of them), each with
+    the replacement it got then (None: its target was at the cap). By primary key, or by the
+    closing instant through ix_san_jobs_failed_updated; the replacement through
+    ix_san_jobs_target."""
+    closed, replacement = jobs.alias("closed"), jobs.alias("replacement")
+    return (
+        select(
+            closed.c.id,
+            closed.c.job_type,
+            closed.c.target_id,
+            closed.c.error_message,
+            replacement.c.id.label("new_job_id"),
+        )
+        .select_from(
+            closed.outerjoin(
+                replacement,
+                and_(
+                    replacement.c.target_id == closed.c.target_id,
+                    replacement.c.job_type == closed.c.job_type,
+                    replacement.c.retry_of_job_id == closed.c.id,
+                    replacement.c.created_at == instant,
+                ),
+            )
+        )
+        .where(
+            *([dialect(conn).id_in(closed.c.id, job_ids)] if job_ids is not None else []),
+            closed.c.status == FAILED,
+            closed.c.updated_at == instant,
+            closed.c.finished_at == instant,
+            closed.c.error_message.startswith(CLOSED_BY, autoescape=True),
+        )
+        .order_by(closed.c.id)
+    )
+
+
+CLOSED_COLUMNS = ("id", "job_type", "target_id", "error_message", "new_job_id")
+
+
+def closed_at(
+    engine: Engine, instant: datetime, limits: WriteLimits, job_ids: Sequence[int] | None = None
+) -> list[tuple]:
+    """`closed_at_query`'s rows (CLOSED_COLUMNS)."""
+    with read_transaction(engine, limits) as conn:
+        return named_rows(conn.execute(closed_at_query(conn, instant, job_ids)), CLOSED_COLUMNS)
+
+
+def closed_earlier(
+    engine: Engine, job_ids: Sequence[int], instant: datetime, limits: WriteLimits
+) -> dict[int, int | None]:
+    """Of the ghosts a write found changed, the ones an earlier attempt of the same run closed
+    (every attempt stamps the run's write instant): closed job id -> its replacement's id."""
+    if not job_ids:
+        return {}
+    return {row[0]: row[-1] for row in closed_at(engine, instant, limits, job_ids)}
+
+
+def stale_status(error_message: str) -> str:
+    """PENDING or PROCESSING: what this recovery's closing message says the ghost was."""
+    return PENDING if error_message.startswith(f"{CLOSED_BY}: stale in {PENDING}") else PROCESSING
+
+
+def recovered_entry(job_id, new_job_id, job_type, target_id, status) -> dict:
+    """One ghost of the audit's `recovered` list."""
+    return {
+        "failed_job_id": job_id,
+        "new_job_id": new_job_id,
+        "job_type": job_type,
+        "target_id": target_id,
+        "stale_status": status,
+    }
+
+
+def report_of_writes_at(engine: Engine, instant: datetime, limits: WriteLimits) -> RecoveryReport:
+    """What this recovery wrote at `instant` (a run's write instant), read back from SAN's rows
+    alone: the audit of a run that died before it could record its own."""
+    rows = closed_at(engine, instant, limits)
+    report = RecoveryReport(area=AREA, dry_run=False, thresholds={})
+    report.recovered = [
+        recovered_entry(job_id, new_job_id, job_type, target_id, stale_status(message))
+        for job_id, job_type, target_id, message, new_job_id in rows
+    ]
+    report.exhausted_ids = [
+        entry["failed_job_id"] for entry in report.recovered if entry["new_job_id"] is None
+    ]
+    report.exhausted = len(report.exhausted_ids)
+    report.enqueued = len(report.recovered) - report.exhausted
+    report.changed_ids = [entry["failed_job_id"] for entry in report.recovered]
+    report.detected = report.changed = len(report.changed_ids)
+    return report
 
 
 @dataclass
@@ -259,34 +359,41 @@ def recover_ghost_jobs(
     # the exhausted ghosts are closed too, without a replacement
     work = pd.concat([plan.to_enqueue, plan.exhausted])
 
-    def complete(results: list[ClosedBatch], batches) -> RecoveryReport:
-        replacement_of: dict[int, NewJob] = {}
+    def complete(
+        results: list[ClosedBatch], batches, recognise_earlier: bool = True
+    ) -> RecoveryReport:
+        new_job_of: dict[int, int] = {}
         closed_ids: set[int] = set()
         for batch in results:
             closed_ids.update(batch.closed_ids)
-            replacement_of.update(batch.replacements)
+            new_job_of.update({closed: job.job_id for closed, job in batch.replacements.items()})
         # exhausted: the ghosts closed whose target is at the cap, as the writes found them
         report.exhausted_ids = [job_id for batch in results for job_id in batch.exhausted_ids]
-        report.exhausted = len(report.exhausted_ids)
-        report.enqueued = len(replacement_of)
-        report.skipped_by_race_ids = [
+        changed = [
             job_id
             for job_id in work["job_id"].iloc[: attempted(work, batches, policy)].tolist()
             if job_id not in closed_ids
         ]
+        # Changed, or closed by an earlier attempt of this run: its rows say which.
+        earlier = (
+            closed_earlier(engine, changed, rule.now, policy.limits)
+            if recognise_earlier and recognises_its_writes(ghosts, rule.now)
+            else {}
+        )
+        closed_ids.update(earlier)
+        new_job_of.update({closed: new for closed, new in earlier.items() if new is not None})
+        report.exhausted_ids += [closed for closed, new in earlier.items() if new is None]
+        report.written_earlier = len(earlier)
+        report.exhausted = len(report.exhausted_ids)
+        report.enqueued = len(new_job_of)
+        report.skipped_by_race_ids = [job_id for job_id in changed if job_id not in earlier]
         report.skipped_by_race = len(report.skipped_by_race_ids)
         closed = work[work["job_id"].isin(closed_ids)]
         report.heal_ages_seconds = heal_ages(
-            closed.loc[closed["job_id"].isin(replacement_of), "stale_since"], rule.now
+            closed.loc[closed["job_id"].isin(new_job_of), "stale_since"], rule.now
         )
         report.recovered = [
-            {
-                "failed_job_id": job_id,
-                "new_job_id": replacement_of[job_id].job_id if job_id in replacement_of else None,
-                "job_type": job_type,
-                "target_id": target_id,
-                "stale_status": status,
-            }
+            recovered_entry(job_id, new_job_of.get(job_id), job_type, target_id, status)
             # .tolist() gives plain ints and strs; iterating the frame row by row boxes every value
             for job_id, job_type, target_id, status in zip(
                 closed["job_id"].tolist(),
@@ -307,7 +414,14 @@ def recover_ghost_jobs(
             conn, batch, rule, policy.max_attempts, dispatcher.statement_channel
         )
 
-    return write_recovery(engine, dispatcher, Writes(work, write_batch, complete), policy)
+    writes = Writes(
+        work,
+        write_batch,
+        complete,
+        # a batch failed: the database may be gone; the retry recognises what committed
+        complete_partial=lambda results, batches: complete(results, batches, False),
+    )
+    return write_recovery(engine, dispatcher, writes, policy)
 
 
 @dataclass(frozen=True)
@@ -347,6 +461,12 @@ class GhostJobRecovery:
         return (
             f"Ghost {self.rule_text}. Metadata: counts per run and the failed -> new job id pairs."
         )
+
+    def report_of_writes_at(
+        self, engine: Engine, instant: datetime, limits: WriteLimits
+    ) -> RecoveryReport:
+        """What this recovery wrote at `instant` (a run's write instant), from SAN's rows."""
+        return report_of_writes_at(engine, instant, limits)
 
     def rule(self, settings: RecoverySettings, now: datetime) -> GhostRule:
         return GhostRule(now, settings.stale_pending_after, settings.stale_processing_after)

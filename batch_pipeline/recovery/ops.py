@@ -8,6 +8,7 @@ the `settings` input.
 
 from dagster import (
     AssetExecutionContext,
+    AssetMaterialization,
     AssetObservation,
     In,
     Nothing,
@@ -18,9 +19,15 @@ from dagster import (
     op,
 )
 
-from batch_pipeline.recovery import checks, ghost_jobs
+from batch_pipeline.recovery import checks, dead_runs, ghost_jobs
 from batch_pipeline.recovery.config import RecoveryConfig
-from batch_pipeline.recovery.plan import COMMITTED_BY_FAILED_ATTEMPT, RecoveryReport, partial_report
+from batch_pipeline.recovery.plan import (
+    COMMITTED_BY_FAILED_ATTEMPT,
+    RecoveryReport,
+    partial_report,
+    with_write_instant,
+    write_instant,
+)
 from batch_pipeline.recovery.registry import RECOVERIES
 from batch_pipeline.san.database import database_now, read_transaction
 from batch_pipeline.san.memory import paused_gc
@@ -66,11 +73,13 @@ def audited_across_attempts(
 ):
     """`recover(recovery)` for each recovery, in order; the reports cover every attempt of the
     step. An attempt that fails after some areas or write batches committed records what they
-    did (an observation of `asset`, marked COMMITTED_BY_FAILED_ATTEMPT), and a retry adds that
-    to its own reports (RecoveryReport.merge_committed; `same_candidates`: whether the retry
-    re-checks the same detected candidates, as recovery_job's does, or detects anew, as the
-    fast lane's does), so the audit trail misses nothing and calls none of the run's own work a
-    race."""
+    did (an observation of `asset`, marked COMMITTED_BY_FAILED_ATTEMPT, which the UI and explain
+    show). With `same_candidates` (recovery_job: a retry re-checks the candidates its detection
+    found) a retry's reports already list that work: they recognise it in SAN's rows by the
+    run's write instant, so a retry lists it even when Dagster's storage is what failed. Without
+    (the fast lane detects anew: what an earlier attempt healed is no candidate) a retry adds the
+    observations' reports to its own (RecoveryReport.merge_committed). Either way the audit
+    trail misses nothing and calls none of the run's own work a race."""
     reports: list[RecoveryReport] = []
     try:
         for recovery in recoveries:
@@ -98,17 +107,55 @@ def audited_across_attempts(
                 "includes them"
             )
         raise
-    if context.retry_number:
+    if context.retry_number and same_candidates:
+        # The reports already list what earlier attempts wrote: they recognised it in SAN's
+        # rows by the run's write instant, not in the event log (Dagster's storage may be what
+        # failed them).
+        for report in reports:
+            if report.written_earlier:
+                report.earlier_attempts = context.retry_number
+    elif context.retry_number:
         earlier = [
             area
             for attempt in committed_by_failed_attempts(context, asset, COMMITTED_BY_FAILED_ATTEMPT)
             for area in attempt["areas"]
         ]
         for report in reports:
-            report.merge_committed(
-                [area for area in earlier if area["area"] == report.area], same_candidates
-            )
+            report.merge_committed([area for area in earlier if area["area"] == report.area])
     return reports
+
+
+def record_dead_runs(context: OpExecutionContext, recovery, engine, settings) -> None:
+    """The audit of what earlier runs that died wrote to this area, read back from SAN's rows
+    (recovery/dead_runs.py). Its own failure fails nothing: the run's work comes first."""
+    try:
+        for run_id, instant in dead_runs.unaudited_writes(
+            context.instance, context.job_name, recovery.area
+        ):
+            report = recovery.report_of_writes_at(engine, instant, settings.write_limits)
+            context.log_event(
+                AssetMaterialization(
+                    asset_key=recovery.area,
+                    description=f"What run {run_id} wrote before it ended without recording it, "
+                    "read back from SAN's rows.",
+                    metadata=as_metadata(
+                        {
+                            **report.metadata(),
+                            dead_runs.AUDIT_OF_RUN: run_id,
+                            "write_instant": instant.isoformat(),
+                        }
+                    ),
+                )
+            )
+            context.instance.add_run_tags(
+                run_id, {dead_runs.audited_tag(recovery.area): context.run_id}
+            )
+            context.log.warning(
+                f"{recovery.area}: run {run_id} ended after writing, without its audit; recorded "
+                f"here from SAN's rows: {report.changed} changed, {report.enqueued} enqueued"
+            )
+    except Exception:
+        context.log.exception(f"{recovery.area}: could not record the audit of a dead run")
 
 
 def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
@@ -129,7 +176,8 @@ def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
             paused_gc(),
             read_transaction(san_database.get_engine(), settings.write_limits) as conn,
         ):
-            return recovery.detect(conn, settings, database_now(conn))
+            now = database_now(conn)
+            return with_write_instant(recovery.detect(conn, settings, now), now)
 
     @op(
         name=f"recover_{recovery.name}",
@@ -156,6 +204,14 @@ def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
         job_dispatcher: JobDispatcherResource,
     ):
         engine = san_database.get_engine()
+        if not settings.policy.dry_run:
+            record_dead_runs(context.op_execution_context, recovery, engine, settings)
+            if len(candidates) and write_instant(candidates) is not None:
+                # before the first write: a run that dies after it can be audited from SAN
+                context.instance.add_run_tags(
+                    context.run_id,
+                    {dead_runs.wrote_tag(recovery.area): write_instant(candidates).isoformat()},
+                )
         with retried_only_if_transient(), paused_gc():
             [report] = audited_across_attempts(
                 context.op_execution_context,
@@ -166,7 +222,7 @@ def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
                     job_dispatcher.for_database(engine),
                     candidates,
                     settings,
-                    database_now(engine),
+                    write_instant(candidates) or database_now(engine),
                 ),
                 same_candidates=True,
             )

@@ -3,7 +3,7 @@ per-run cap, the report, and the one skeleton that writes and audits (`write_rec
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
 import pandas as pd
@@ -25,6 +25,30 @@ MAX_ATTEMPTS = 10
 # New jobs per area and run, oldest first: a backlog after an outage must not stampede the AI
 # server.
 MAX_ENQUEUE_PER_RUN = 5_000
+
+
+# The instant an area of a run stamps on every row it writes (its new jobs' created_at, its
+# closed ghosts' finished_at): its detection's, carried by the candidates frame to every attempt
+# of the recover step. SAN's rows then say which run wrote them: a retry recognises an earlier
+# attempt's writes without Dagster's event log (which may be the thing that failed), and a
+# later run finds what a killed run committed (recovery/dead_runs.py).
+WRITE_INSTANT = "batch_pipeline_write_instant"
+
+
+def with_write_instant(candidates: pd.DataFrame, now: datetime) -> pd.DataFrame:
+    candidates.attrs[WRITE_INSTANT] = now
+    return candidates
+
+
+def write_instant(candidates: pd.DataFrame) -> datetime | None:
+    """The instant `with_write_instant` gave the frame, or None (a frame built elsewhere)."""
+    return candidates.attrs.get(WRITE_INSTANT)
+
+
+def recognises_its_writes(candidates: pd.DataFrame, now: datetime) -> bool:
+    """Whether rows stamped `now` are this run's own: `now` is the write instant its detection
+    gave the candidates (a frame built elsewhere, the fast lane's, carries none)."""
+    return write_instant(candidates) == now
 
 
 def minutes(delta: timedelta) -> int:
@@ -151,6 +175,9 @@ class RecoveryReport:
     changed: int = 0
     changed_ids: list[int] = field(default_factory=list)
     earlier_attempts: int = 0  # failed attempts of this step whose committed work is included
+    # Of what it lists, how much earlier attempts of the step wrote (recognised in SAN's rows
+    # by the run's write instant): the op sets earlier_attempts from it.
+    written_earlier: int = 0
     ids_truncated: bool = False  # an earlier attempt's id lists were cut already
 
     def metadata(self) -> dict:
@@ -176,8 +203,9 @@ class RecoveryReport:
         }
 
     def committed_metadata(self, failed_attempt: int) -> dict:
-        """The audit of an attempt that failed after some batches committed: what they did,
-        for the retry to add to its own (merge_committed)."""
+        """The audit of an attempt that failed after some batches committed: what they did, for
+        the UI and explain, and for a retry that detects anew to add to its own
+        (merge_committed)."""
         return {
             **self.metadata(),
             COMMITTED_BY_FAILED_ATTEMPT: failed_attempt,
@@ -188,19 +216,12 @@ class RecoveryReport:
             "heal_ages_seconds": self.heal_ages_seconds[:AUDIT_ID_LIMIT],
         }
 
-    def merge_committed(
-        self, earlier: list[dict], same_candidates: bool = True
-    ) -> "RecoveryReport":
+    def merge_committed(self, earlier: list[dict]) -> "RecoveryReport":
         """This attempt's report plus what earlier, failed attempts of the step committed (their
-        committed_metadata). With `same_candidates` (recovery_job: the detect op's frame is
-        not re-read) what they changed this attempt found changed and counted as races: it
-        was this run's own work. Without (the fast lane re-detects) it was not a candidate."""
+        committed_metadata), for a step that detects anew on retry (the fast lane): what they
+        healed is no candidate of this attempt, so none of it is among its races."""
         for attempt in earlier:
             self.enqueued += attempt["enqueued"]
-            if same_candidates:
-                ours = set(attempt.get("changed_ids", []))
-                self.skipped_by_race_ids = [i for i in self.skipped_by_race_ids if i not in ours]
-                self.skipped_by_race = len(self.skipped_by_race_ids)
             self.recovered = attempt["recovered"] + self.recovered
             # the targets at the cap at detection are exhausted in both attempts: count them once
             earlier_exhausted = set(attempt["exhausted_ids"])

@@ -29,11 +29,12 @@ from batch_pipeline.recovery.plan import (
     minutes,
     plan_recovery,
     planned_report,
+    recognises_its_writes,
     write_recovery,
 )
 from batch_pipeline.san.database import read_transaction
 from batch_pipeline.san.dialects import dialect, named_rows
-from batch_pipeline.san.dispatch import Dispatcher
+from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.enqueue import BatchWritten, enqueue
 from batch_pipeline.san.frames import FRAME_MIN, INT, UTC_DATETIME, FrameSchema, frame_instant
 from batch_pipeline.san.job_source import Eligibility, EnqueueRequest, JobSource
@@ -132,6 +133,12 @@ class TargetRecovery:
         )
 
     # -- what the Dagster ops call -----------------------------------------------------------
+    def report_of_writes_at(
+        self, engine: Engine, instant: datetime, limits: WriteLimits
+    ) -> RecoveryReport:
+        """What this recovery wrote at `instant` (a run's write instant), from SAN's rows."""
+        return report_of_writes_at(self, engine, instant, limits)
+
     def detect(self, conn: Connection, settings: RecoverySettings, now: datetime) -> pd.DataFrame:
         lookback = settings.scrap_lookback if self.uses_scrap_lookback else None
         return detect_targets(
@@ -285,6 +292,47 @@ def last_failures(
 NO_FAILURES = pd.Series([], dtype=UTC_DATETIME)
 
 
+def enqueued_at_query(
+    conn: Connection,
+    recovery: TargetRecovery,
+    instant: datetime,
+    target_ids: Sequence[int] | None = None,
+):
+    """The jobs of `recovery.job_type` this recovery created at `instant` (a run's write
+    instant: only that run stamps it), for `target_ids` through ix_san_jobs_target, or all of
+    them (a read of the jobs table: once per dead run, see recovery/dead_runs.py)."""
+    return (
+        select(jobs.c.target_id, jobs.c.id)
+        .where(
+            jobs.c.job_type == recovery.job_type,
+            *(
+                [dialect(conn).id_in(jobs.c.target_id, target_ids)]
+                if target_ids is not None
+                else []
+            ),
+            jobs.c.created_at == instant,
+            jobs.c.retry_of_job_id.is_(None),
+        )
+        .order_by(jobs.c.id)
+    )
+
+
+def enqueued_at(
+    engine: Engine,
+    recovery: TargetRecovery,
+    instant: datetime,
+    limits: WriteLimits,
+    target_ids: Sequence[int] | None = None,
+) -> dict[int, int]:
+    """`enqueued_at_query`'s rows: target id -> the job created for it."""
+    with read_transaction(engine, limits) as conn:
+        rows = named_rows(
+            conn.execute(enqueued_at_query(conn, recovery, instant, target_ids)),
+            ("target_id", "id"),
+        )
+    return dict(rows)
+
+
 def waited_since(healed: pd.DataFrame, key: str, last_failure: pd.Series) -> pd.Series:
     """Each healed target's last failure, else its `waiting_since` (saved at)."""
     return (
@@ -307,6 +355,27 @@ def audit_lookup(lookup: Future, area: str) -> pd.Series:
             exc_info=True,
         )
         return NO_FAILURES
+
+
+def recovered_entries(key: str, created: Sequence[NewJob]) -> list[dict]:
+    """The audit's `recovered` list: each target with the job it got."""
+    return [{key: job.target_id, "new_job_id": job.job_id} for job in created]
+
+
+def report_of_writes_at(
+    recovery: TargetRecovery, engine: Engine, instant: datetime, limits: WriteLimits
+) -> RecoveryReport:
+    """What `recovery` wrote at `instant` (a run's write instant), read back from SAN's rows
+    alone: the audit of a run that died before it could record its own."""
+    created = [
+        NewJob(job, recovery.job_type, target)
+        for target, job in enqueued_at(engine, recovery, instant, limits).items()
+    ]
+    report = RecoveryReport(area=recovery.area, dry_run=False, thresholds={})
+    report.recovered = recovered_entries(recovery.id_key, created)
+    report.changed_ids = [job.target_id for job in created]
+    report.detected = report.enqueued = report.changed = len(created)
+    return report
 
 
 def recover_targets(
@@ -337,22 +406,33 @@ def recover_targets(
         )
         return outcome.as_batch(outcome)
 
-    def complete(results, batches, last_failure: pd.Series = NO_FAILURES) -> RecoveryReport:
+    def complete(
+        results, batches, last_failure: pd.Series = NO_FAILURES, recognise_earlier: bool = False
+    ) -> RecoveryReport:
         created = [job for outcome in results for job in outcome.created]
         # Reached the cap between detection and write (another run enqueued and it failed since).
         late_exhausted = [target for outcome in results for _job_type, target in outcome.exhausted]
         report.exhausted += len(late_exhausted)
         report.exhausted_ids += late_exhausted
-        report.enqueued = report.changed = len(created)
-        report.changed_ids = [job.target_id for job in created]
-        settled = {*report.changed_ids, *late_exhausted}
-        report.skipped_by_race_ids = [
+        settled = {*(job.target_id for job in created), *late_exhausted}
+        changed = [
             target
             for target in to_enqueue[: attempted(to_enqueue, batches, policy)]
             if target not in settled
         ]
+        # Changed, or given its job by an earlier attempt of this run: its rows say which.
+        earlier = (
+            enqueued_at(engine, recovery, now, policy.limits, changed)
+            if recognise_earlier and changed and recognises_its_writes(candidates, now)
+            else {}
+        )
+        created += [NewJob(job, recovery.job_type, target) for target, job in earlier.items()]
+        report.written_earlier = len(earlier)
+        report.enqueued = report.changed = len(created)
+        report.changed_ids = [job.target_id for job in created]
+        report.skipped_by_race_ids = [target for target in changed if target not in earlier]
         report.skipped_by_race = len(report.skipped_by_race_ids)
-        report.recovered = [{key: job.target_id, "new_job_id": job.job_id} for job in created]
+        report.recovered = recovered_entries(key, created)
         healed = candidates[candidates[key].isin([job.target_id for job in created])]
         report.heal_ages_seconds = heal_ages(waited_since(healed, key, last_failure), now)
         report.batches = batches.batches
@@ -368,7 +448,7 @@ def recover_targets(
             to_enqueue,
             write_batch,
             complete=lambda results, batches: complete(
-                results, batches, audit_lookup(failures, recovery.area)
+                results, batches, audit_lookup(failures, recovery.area), recognise_earlier=True
             ),
             # a batch failed: the database may be gone, the ages run from the saves
             complete_partial=complete,

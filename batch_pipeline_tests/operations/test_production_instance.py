@@ -1,37 +1,53 @@
 """deploy/dagster.prod.yaml for real: dagster-daemon and dagster-webserver on PostgreSQL storage
-(the local server), and a scheduled tick that launches a recovery run which succeeds."""
+(the local server): a scheduled tick launches a recovery run which succeeds, and a run whose
+process is SIGKILLed mid-write frees the queue at once and is audited by the next run."""
 
 import os
 import shutil
+import signal
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
-from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
+from sqlalchemy import text
 
+from batch_pipeline.recovery.assets import recovery_run_config
+from batch_pipeline.recovery.dead_runs import AUDIT_OF_RUN
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
 from batch_pipeline.sandbox.processes import stop_group, wait_for
-from batch_pipeline_tests.processes import BIN, ROOT, free_port, serving, start
+from batch_pipeline_tests.processes import (
+    BIN,
+    ROOT,
+    free_port,
+    serving,
+    start,
+    submit_through_webserver,
+    wait_for_status,
+)
 
 
-def test_a_scheduled_tick_launches_a_recovery_run_on_the_production_instance(
-    tmp_path, pg_db, dagster_pg_storage
-):
-    ghost = pg_db.job(CARD_ANALYSIS, 1, PENDING, created_at=pg_db.ago(hours=1))
+@contextmanager
+def production_deployment(tmp_path: Path, pg_db, storage: dict, **settings: str):
+    """dagster-daemon and dagster-webserver on deploy/dagster.prod.yaml, healing `pg_db`; yields
+    (DAGSTER_HOME, the webserver's port, the log's path)."""
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(ROOT / "deploy" / "dagster.prod.yaml", home / "dagster.yaml")
     env = {
         **os.environ,
-        **dagster_pg_storage,
+        **storage,
         "DAGSTER_HOME": str(home),
         "SAN_DATABASE_URL": pg_db.url,
         "SAN_JOB_DISPATCHER": "none",
-        "SAN_RECOVERY_CRON": "* * * * *",  # a tick every minute instead of every 2 hours
+        **settings,
     }
     # Create Dagster's storage schema once, before two processes race to create it on an empty
     # database (one of them failed here with 'type "run_tags" already exists').
     DagsterInstance.from_config(str(home)).dispose()
     port = free_port()
-    log = open(tmp_path / "dagster.log", "w")
+    log_path = tmp_path / "dagster.log"
+    log = open(log_path, "w")
     daemon = start([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], env, log)
     webserver = start(
         [
@@ -47,6 +63,23 @@ def test_a_scheduled_tick_launches_a_recovery_run_on_the_production_instance(
         log,
     )
     try:
+        yield home, port, log_path
+    finally:
+        stop_group(webserver)
+        stop_group(daemon)
+        log.close()
+
+
+def test_a_scheduled_tick_launches_a_recovery_run_on_the_production_instance(
+    tmp_path, pg_db, dagster_pg_storage
+):
+    ghost = pg_db.job(CARD_ANALYSIS, 1, PENDING, created_at=pg_db.ago(hours=1))
+    with production_deployment(
+        tmp_path,
+        pg_db,
+        dagster_pg_storage,
+        SAN_RECOVERY_CRON="* * * * *",  # a tick every minute instead of every 2 hours
+    ) as (home, port, log):
         runs = []
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
@@ -59,20 +92,89 @@ def test_a_scheduled_tick_launches_a_recovery_run_on_the_production_instance(
                 )
                 if any(run.status == DagsterRunStatus.SUCCESS for run in runs):
                     break
-        assert any(run.status == DagsterRunStatus.SUCCESS for run in runs), (
-            tmp_path / "dagster.log"
-        ).read_text()[-3000:]
+        assert any(run.status == DagsterRunStatus.SUCCESS for run in runs), log.read_text()[-3000:]
         # the scheduled run really healed the SAN database
-        assert job_status(pg_db, ghost) == FAILED
+        assert pg_db.get_job(ghost).status == FAILED
         # the webserver on the same instance answers too (on a loaded machine it may still be
         # loading the code location when the daemon's run is already done: give it time)
-        assert webserver.poll() is None, (tmp_path / "dagster.log").read_text()[-3000:]
         wait_for(lambda: serving(f"http://127.0.0.1:{port}"), 120, "the webserver to serve")
-    finally:
-        stop_group(webserver)
-        stop_group(daemon)
-        log.close()
 
 
-def job_status(db, job_id):
-    return db.get_job(job_id).status
+GHOST_TARGETS = range(5_000, 5_120)
+
+
+def slow_closes(pg_db, seconds_per_row: float) -> None:
+    """Every UPDATE of a job in the test's schema takes `seconds_per_row` (a trigger): a run's
+    write batches take long enough to kill the run between two of them."""
+    with pg_db.engine.begin() as conn:
+        conn.execute(
+            text(
+                "CREATE FUNCTION slow_update() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                f"PERFORM pg_sleep({seconds_per_row}); RETURN NEW; END $$"
+            )
+        )
+        conn.execute(
+            text(
+                "CREATE TRIGGER slow_update BEFORE UPDATE ON jobs FOR EACH ROW "
+                "EXECUTE FUNCTION slow_update()"
+            )
+        )
+
+
+def run_worker_pid(instance: DagsterInstance, run_id: str) -> int | None:
+    """The run's own process: the one its RUN_START event came from."""
+    for entry in instance.all_logs(run_id, of_type=DagsterEventType.RUN_START):
+        return entry.dagster_event.pid
+    return None
+
+
+def test_a_killed_run_frees_the_queue_and_the_next_run_records_what_it_wrote(
+    tmp_path, pg_db, dagster_pg_storage
+):
+    ghosts = [
+        pg_db.job(CARD_ANALYSIS, target, PENDING, created_at=pg_db.ago(hours=1))
+        for target in GHOST_TARGETS
+    ]
+    slow_closes(pg_db, seconds_per_row=0.05)  # a batch of 5: 0.25 s; the run: 6 s or more
+
+    def closed() -> list[int]:
+        return [ghost for ghost in ghosts if pg_db.get_job(ghost).status == FAILED]
+
+    with production_deployment(tmp_path, pg_db, dagster_pg_storage) as (home, port, log):
+        dead = submit_through_webserver(
+            port, "recovery_job", recovery_run_config({"batch_size": 5})
+        )
+        wait_for(lambda: len(closed()) >= 15, 240, "the run to commit three write batches", 0.2)
+        with DagsterInstance.from_config(str(home)) as instance:
+            pid = run_worker_pid(instance, dead)
+        assert pid is not None, log.read_text()[-3000:]
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        wait_for_status(port, dead, ("FAILURE",), 180)
+        freed_after_s = time.monotonic() - killed_at
+        closed_by_dead = closed()
+        assert 15 <= len(closed_by_dead) < len(ghosts)
+        with pg_db.engine.begin() as conn:
+            conn.execute(text("DROP TRIGGER slow_update ON jobs"))
+
+        later = submit_through_webserver(port, "recovery_job", recovery_run_config())
+        assert wait_for_status(port, later, ("SUCCESS", "FAILURE"), 240) == "SUCCESS", (
+            log.read_text()[-3000:]
+        )
+        with DagsterInstance.from_config(str(home)) as instance:
+            records = instance.fetch_materializations(
+                AssetKey("ghost_job_recovery"), limit=10
+            ).records
+    audits = [
+        (r.run_id, {k: v.value for k, v in r.asset_materialization.metadata.items()})
+        for r in records
+    ]
+    [(recorder, recorded)] = [(run, meta) for run, meta in audits if AUDIT_OF_RUN in meta]
+    assert recorder == later and recorded[AUDIT_OF_RUN] == dead
+    assert sorted(r["failed_job_id"] for r in recorded["recovered"]) == closed_by_dead
+    assert recorded["enqueued"] == len(closed_by_dead)
+    [own] = [meta for run, meta in audits if run == later and AUDIT_OF_RUN not in meta]
+    assert (own["enqueued"], own["skipped_by_race"]) == (len(ghosts) - len(closed_by_dead), 0)
+    # The code server saw its run's process die and failed the run (wait_for_status above: within
+    # 3 minutes, not the run's 1 h max_runtime): the queue, one recovery_job at a time, was free.
+    print(f"the killed run was FAILURE {freed_after_s:.1f} s after its SIGKILL")

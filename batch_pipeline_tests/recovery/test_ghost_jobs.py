@@ -62,12 +62,13 @@ def recover(
     max_enqueue_per_run=5000,
     batch_size=1000,
     dry_run=False,
+    now=None,
 ):
     return recover_ghost_jobs(
         db.engine,
         dispatcher or Dispatcher(),
         ghosts,
-        GhostRule(now=db.now),
+        GhostRule(now=now or db.now),
         RecoveryPolicy(
             max_attempts=max_attempts,
             max_enqueue_per_run=max_enqueue_per_run,
@@ -295,11 +296,13 @@ def test_two_overlapping_runs_close_each_ghost_once(san_db):
     barrier = threading.Barrier(2)
     reports = []
 
-    def run(ghosts):
+    def run(ghosts, now):
         barrier.wait()
-        reports.append(recover(san_db, ghosts, batch_size=2))
+        reports.append(recover(san_db, ghosts, batch_size=2, now=now))
 
-    threads = [threading.Thread(target=run, args=(g,)) for g in (ghosts_a, ghosts_b)]
+    # each run writes at its own instant (its detection's): the other's closures are races
+    runs = [(ghosts_a, san_db.now), (ghosts_b, san_db.now + timedelta(milliseconds=1))]
+    threads = [threading.Thread(target=run, args=args) for args in runs]
     for t in threads:
         t.start()
     for t in threads:

@@ -6,6 +6,7 @@ import pytest
 from dagster import AssetKey, DagsterInstance
 from dagster._core.errors import DagsterInvalidConfigError
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from batch_pipeline.definitions import defs
 from batch_pipeline.recovery.assets import recovery_run_config, step_key
@@ -369,6 +370,50 @@ def test_a_killed_connection_in_a_target_recovery_keeps_its_audit_trail_exact(pg
     assert sorted(r["new_job_id"] for r in meta["recovered"]) == sorted(
         j.id for s in orphans for j in pg_db.jobs(target_id=s)
     )
+
+
+GHOST_TARGETS = range(1_000, 1_008)  # no scrap's id: the orphans keep no active job
+
+
+def test_a_retry_after_dagster_s_storage_failed_lists_the_work_its_run_wrote(san_db, monkeypatch):
+    """Dagster's storage fails the audit's read after an area's writes committed: the retry
+    re-checks the same candidates, finds every one changed, and recognises them in SAN's rows
+    (stamped with the run's write instant) as its own work, not as races."""
+    ghosts = [
+        san_db.job(CARD_ANALYSIS, target, PENDING, created_at=san_db.ago(hours=1))
+        for target in GHOST_TARGETS
+    ]
+    user = san_db.user()
+    orphans = [san_db.scrap(user, created_at=san_db.ago(hours=1), card=False) for _ in range(5)]
+    instance = DagsterInstance.ephemeral()
+    read_audits, failed_for = instance.fetch_materializations, []
+
+    def storage_down_once_per_area(key, *args, **kwargs):
+        if key not in failed_for:
+            failed_for.append(key)
+            raise OperationalError("SELECT … FROM event_logs", {}, ConnectionRefusedError(111))
+        return read_audits(key, *args, **kwargs)
+
+    monkeypatch.setattr(instance, "fetch_materializations", storage_down_once_per_area)
+    result, _ = run_recovery(san_db, instance=instance, config={"batch_size": 3})
+    assert result.success and AssetKey("ghost_job_recovery") in failed_for
+    retried = [e.step_key for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+    assert {step_key("recover_ghost_jobs"), step_key("recover_orphan_scraps")} <= set(retried)
+    for target in GHOST_TARGETS:
+        assert [j.status for j in san_db.jobs(target_id=target)] == [FAILED, PENDING]
+    ghost_audit = latest_metadata(instance, "ghost_job_recovery")
+    assert (ghost_audit["enqueued"], ghost_audit["skipped_by_race"]) == (8, 0)
+    assert ghost_audit["earlier_attempts"] == 1
+    assert sorted(r["failed_job_id"] for r in ghost_audit["recovered"]) == sorted(ghosts)
+    assert sorted(r["new_job_id"] for r in ghost_audit["recovered"]) == sorted(
+        j.id for t in GHOST_TARGETS for j in san_db.jobs(target_id=t, status=PENDING)
+    )
+    orphan_audit = latest_metadata(instance, "orphan_scrap_recovery")
+    assert (orphan_audit["enqueued"], orphan_audit["skipped_by_race"]) == (5, 0)
+    assert sorted(r["scrap_id"] for r in orphan_audit["recovered"]) == sorted(orphans)
+    # how long they waited, from their saves and the ghosts' creation: an hour, not zero
+    assert orphan_audit["heal_age_median_seconds"] >= 3600
+    assert ghost_audit["heal_age_median_seconds"] >= 3600
 
 
 def test_ages_are_measured_with_the_database_clock_not_the_hosts(san_db, monkeypatch):

@@ -79,29 +79,22 @@ def test_heal_ages_are_seconds_to_now_even_from_the_oldest_instant_a_frame_holds
     }
 
 
-def test_merging_a_failed_attempts_commits_counts_its_work_once_and_not_as_races():
+def test_merging_a_failed_attempts_commits_counts_its_work_once():
     earlier = RecoveryReport("area", False, {}, detected=4, enqueued=2, changed=2, batches=1)
     earlier.recovered = [{"scrap_id": 1, "new_job_id": 11}, {"scrap_id": 2, "new_job_id": 12}]
     earlier.exhausted, earlier.exhausted_ids = 1, [9]
     earlier.heal_ages_seconds = [5.0, 6.0]
     committed = earlier.committed_metadata(failed_attempt=0)
     assert committed[COMMITTED_BY_FAILED_ATTEMPT] == 0
-    # the retry re-checks the same 4 candidates: the 2 the first attempt healed look like races
-    retry = RecoveryReport("area", False, {}, detected=4, enqueued=1, skipped_by_race=2, batches=1)
+    # the retry detected anew: the 2 the first attempt healed are no candidates of its own
+    retry = RecoveryReport("area", False, {}, detected=2, enqueued=1, skipped_by_race=1, batches=1)
     retry.recovered = [{"scrap_id": 3, "new_job_id": 13}]
     retry.exhausted, retry.exhausted_ids = 1, [9]
-    retry.merge_committed([committed], same_candidates=True)
-    assert (retry.enqueued, retry.skipped_by_race, retry.exhausted) == (3, 0, 1)
+    retry.merge_committed([committed])
+    assert (retry.enqueued, retry.skipped_by_race, retry.exhausted) == (3, 1, 1)
     assert [pair["scrap_id"] for pair in retry.recovered] == [1, 2, 3]
     assert retry.exhausted_ids == [9] and retry.earlier_attempts == 1 and retry.batches == 2
     assert retry.heal_ages_seconds == [5.0, 6.0]
-
-
-def test_a_retry_that_detects_anew_keeps_its_race_count():
-    earlier = RecoveryReport("area", False, {}, enqueued=2, changed=2)
-    retry = RecoveryReport("area", False, {}, enqueued=0, skipped_by_race=1)
-    retry.merge_committed([earlier.committed_metadata(0)], same_candidates=False)
-    assert (retry.enqueued, retry.skipped_by_race) == (2, 1)
 
 
 class FailsOnBatch(Dispatcher):
