@@ -1,8 +1,9 @@
 """deploy/docker-compose.yml brought up for real and driven as an operator would: the services'
 health checks pass, recovery_job launched through the webserver runs in a container of its own
 and records the recovered ids, Terminate in the webserver stops a run's container, a restarted
-daemon starts the queued runs, and a new image tag of the code server is what the next run
-uses while the run in flight finishes on the old one.
+daemon starts the queued runs, a new image tag of the code server is what the next run
+uses while the run in flight finishes on the old one, and a run whose container is killed is
+failed by the daemon's run monitoring, freeing the queue for the run behind it.
 
 This machine's Docker has no bridge network (`dockerd --bridge=none`), so the compose network
 cannot exist: the test runs the shipped file minus the network (host_network_variant: every
@@ -133,7 +134,7 @@ LONG_RUN = recovery_run_config({"lock_timeout_ms": 600_000, "statement_timeout_m
 # A first build on a new machine makes the base image (debootstrap), the wheelhouse, the image
 # and the PostgreSQL stand-in.
 @pytest.mark.timeout(2400)
-def test_compose_up_runs_terminates_survives_a_daemon_restart_and_rolls_out(
+def test_compose_up_runs_terminates_survives_a_daemon_restart_rolls_out_and_fails_a_dead_run(
     tmp_path, pg_db, monkeypatch
 ):
     if (why := docker_engine()) is not None:
@@ -253,6 +254,28 @@ def test_compose_up_runs_terminates_survives_a_daemon_restart_and_rolls_out(
         assert (
             docker("inspect", "-f", "{{.Config.Image}}", code_server).stdout.strip()
             == ROLLOUT_IMAGE
+        )
+
+        # 5. a run whose container dies (SIGKILL) is failed by the daemon's run monitoring
+        # (deploy/dagster.compose.yaml, poll_interval_seconds) and frees the one recovery_job
+        # slot: the run queued behind it starts and succeeds
+        lock.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+        doomed = submit_through_webserver(web_port, "recovery_job", LONG_RUN)
+        wait_for_status(web_port, doomed, ("STARTED",), 180)
+        with DagsterInstance.from_config(str(home)) as instance:
+            doomed_container = wait_for(
+                lambda: run_tags(instance, doomed).get("docker/container_id"), 60, "its container"
+            )
+        behind = submit_through_webserver(web_port, "recovery_job", recovery_run_config({}))
+        docker("kill", "--signal", "KILL", doomed_container)
+        killed = time.monotonic()
+        lock.rollback()
+        assert wait_for_status(web_port, doomed, ENDED, 240) == "FAILURE"
+        failed_after = time.monotonic() - killed
+        assert wait_for_status(web_port, behind, ENDED, 300) == "SUCCESS"
+        print(
+            f"SIGKILL: the run was FAILURE {failed_after:.0f} s after its container was killed; "
+            f"the run queued behind it ended {time.monotonic() - killed:.0f} s after"
         )
     finally:
         if lock is not None:
