@@ -6,7 +6,13 @@ anything is written)."""
 from dagster import Config
 from pydantic import Field
 
-from batch_pipeline.san.limits import BATCH_SIZE, LOCK_TIMEOUT_MS, STATEMENT_TIMEOUT_MS, WriteLimits
+from batch_pipeline.san.limits import (
+    BATCH_PAUSE_RATIO,
+    BATCH_SIZE,
+    LOCK_TIMEOUT_MS,
+    STATEMENT_TIMEOUT_MS,
+    WriteLimits,
+)
 
 MAX_BATCH_SIZE = 50_000
 # A year of minutes, ten years of hours: longer thresholds or windows mean nothing for jobs
@@ -17,6 +23,7 @@ MAX_LOCK_TIMEOUT_MS = 10 * 60 * 1000
 MAX_STATEMENT_TIMEOUT_MS = 24 * 60 * 60 * 1000
 MAX_ATTEMPTS_CAP = 1_000
 MAX_JOBS_PER_RUN = 10_000_000
+MAX_BATCH_PAUSE_RATIO = 100.0
 
 
 class WriteConfig(Config):
@@ -42,6 +49,14 @@ class WriteConfig(Config):
         description="PostgreSQL `statement_timeout` for detection and each write batch (set per "
         "transaction; the server's own settings are untouched).",
     )
+    batch_pause_ratio: float = Field(
+        default=BATCH_PAUSE_RATIO,
+        ge=0,
+        le=MAX_BATCH_PAUSE_RATIO,
+        description="After each write batch, rest this many times as long as the batch took, "
+        "leaving the app's transactions the WAL and the CPU (0: batches back to back; with "
+        "`batch_size` 500 and 1 here, a run writes at half speed; docs/benchmarks.md).",
+    )
     dry_run: bool = Field(
         default=False,
         description="Detect and report (an asset observation, not a materialization); write "
@@ -51,5 +66,7 @@ class WriteConfig(Config):
     @property
     def write_limits(self) -> WriteLimits:
         return WriteLimits(
-            lock_timeout_ms=self.lock_timeout_ms, statement_timeout_ms=self.statement_timeout_ms
+            lock_timeout_ms=self.lock_timeout_ms,
+            statement_timeout_ms=self.statement_timeout_ms,
+            batch_pause_ratio=self.batch_pause_ratio,
         )

@@ -14,6 +14,7 @@ query and one insert per job type. Both give the same `EnqueueOutcome`.
 new jobs through the dispatcher: in the transaction (pg_notify) or after commit (Redis).
 """
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -240,19 +241,26 @@ def run_in_batches(
 ) -> tuple[list[R], BatchRunReport]:
     """Apply `write_batch` to bounded slices of `items`, one transaction per slice.
 
+    Between two batches, a pause of `limits.pause_after` the previous batch's duration: the
+    app's own transactions get the WAL and the CPU back.
+
     The jobs a batch created are announced in the same transaction (pg_notify: by the write
     statement itself, else by a second statement) or right after it commits (Redis). A failure
     rolls back only the current batch: earlier batches stay committed and whole.
     """
     results: list[R] = []
     report = BatchRunReport()
+    pause_s = 0.0
     try:
         for batch in chunked(items, batch_size):
+            time.sleep(pause_s)  # the app's turn (limits.batch_pause_ratio); none before the first
+            started = time.monotonic()
             with write_transaction(engine, limits) as conn:
                 written = write_batch(conn, batch)
                 dispatcher.announce_in_transaction(
                     conn, [] if written.announced else written.created
                 )
+            pause_s = limits.pause_after(time.monotonic() - started)
             report.batches += 1
             report.announce_failures += dispatcher.announce_after_commit(written.created)
             results.append(written.result)

@@ -7,9 +7,12 @@ import threading
 import pytest
 from sqlalchemy import text
 
+from batch_pipeline.san import enqueue as enqueue_module
 from batch_pipeline.san.database import write_transaction
-from batch_pipeline.san.enqueue import enqueue_jobs
+from batch_pipeline.san.dispatch import Dispatcher
+from batch_pipeline.san.enqueue import BatchWritten, enqueue_jobs, run_in_batches
 from batch_pipeline.san.job_source import Eligibility, EnqueueRequest
+from batch_pipeline.san.limits import WriteLimits
 from batch_pipeline.san.schema import app_guarantee_statement
 from batch_pipeline.san.tables import (
     CARD_ANALYSIS,
@@ -158,3 +161,47 @@ def test_a_batchs_statement_is_compiled_once_and_reused_by_the_next(tmp_path):
         inserts = [compiled for compiled in cache.values() if "INSERT INTO jobs" in str(compiled)]
         assert len(inserts) == 1
         assert [j.target_id for j in db.jobs()] == [1, 2, 3, 4, 5]
+
+
+class FakeClock:
+    """time for run_in_batches: a batch takes what the test says; pauses are recorded."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.pauses = []
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        if seconds:
+            self.pauses.append(seconds)
+            self.now += seconds
+
+
+@pytest.mark.parametrize("ratio, pauses", [(2.0, [0.5, 0.5]), (0.0, [])])
+def test_write_batches_rest_between_each_other_in_proportion_to_their_time(
+    db, monkeypatch, ratio, pauses
+):
+    clock = FakeClock()
+    monkeypatch.setattr(enqueue_module, "time", clock)
+
+    def write(conn, batch):
+        clock.now += 0.25  # the batch's own time
+        outcome = enqueue_jobs(
+            conn, CARD_ANALYSIS, [EnqueueRequest(t) for t in batch], now=db.now, max_attempts=10
+        )
+        return BatchWritten(outcome, outcome.created)
+
+    results, report = run_in_batches(
+        db.engine, Dispatcher(), [1, 2, 3, 4, 5], 2, write, WriteLimits(batch_pause_ratio=ratio)
+    )
+    assert report.batches == 3 and sum(len(r.created) for r in results) == 5
+    assert clock.pauses == pauses  # between batches, none after the last
+    assert sorted(r.target_id for r in db.jobs(job_type=CARD_ANALYSIS, status=PENDING)) == [
+        1,
+        2,
+        3,
+        4,
+        5,
+    ]

@@ -149,11 +149,18 @@ def _set_locally(settings: Mapping[str, str]) -> str:
     )
 
 
+# No parallel workers for batch_pipeline's queries: they take the cores the app's own
+# transactions need (on a 2-core database the app's p99 during a recovery run halved without
+# them; docs/benchmarks.md, "The app's latency while batch_pipeline heals"). A detection
+# without the recommended indexes runs longer for it; with them it reads only what it needs.
+LEAVE_CORES_TO_THE_APP = {"max_parallel_workers_per_gather": "0"}
+
 _DEFAULT_LIMITS = WriteLimits()
 # What every transaction of the code starts with (the benchmark's probe times statements under it).
 BEGIN_SETTINGS = _set_locally(
     {
         **READ_SETTINGS,
+        **LEAVE_CORES_TO_THE_APP,
         "lock_timeout": str(_DEFAULT_LIMITS.lock_timeout_ms),
         "statement_timeout": str(_DEFAULT_LIMITS.statement_timeout_ms),
     }
@@ -163,7 +170,10 @@ BEGIN_SETTINGS = _set_locally(
 def transaction_settings(conn: Connection, limits: WriteLimits) -> None:
     """The transaction's bounds, where they are not the defaults every transaction starts with:
     a table locked by a migration or a busy batch is reported as a timeout, not waited on."""
-    if limits != _DEFAULT_LIMITS:
+    if (limits.lock_timeout_ms, limits.statement_timeout_ms) != (
+        _DEFAULT_LIMITS.lock_timeout_ms,
+        _DEFAULT_LIMITS.statement_timeout_ms,
+    ):
         conn.execute(
             text(
                 "SELECT set_config('lock_timeout', :lock, true), "

@@ -60,3 +60,22 @@ def test_the_write_lock_serialises_batch_pipelines_writers_only(pg_db):
             text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted")
         ).scalar_one()
     assert held >= 1
+
+
+def test_every_transaction_leaves_the_cores_to_the_app(pg_db):
+    """No parallel workers for any query of batch_pipeline, whatever the server's default:
+    they would take the app's cores (docs/benchmarks.md, "The app's latency while
+    batch_pipeline heals")."""
+    engine = create_san_engine(
+        with_session_defaults(pg_db.url, "-cmax_parallel_workers_per_gather=4")
+    )
+    try:
+        with engine.connect() as conn:
+            default = conn.execute(
+                text("SELECT reset_val FROM pg_settings WHERE name = :name"),
+                {"name": "max_parallel_workers_per_gather"},
+            ).scalar_one()
+            inside = conn.execute(text("SHOW max_parallel_workers_per_gather")).scalar_one()
+        assert (default, inside) == ("4", "0")
+    finally:
+        engine.dispose()

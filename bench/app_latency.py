@@ -1,0 +1,282 @@
+"""What SAN's users feel while batch_pipeline heals: the app's transaction latency, played by
+pgbench at a fixed rate, quiet and during a recovery_job run.
+
+Seeds a scratch database at `--scale` (bench/seed.py, the app's DDL; the recommended indexes
+unless `--without-indexes`) and keeps it as a template. Then, `--repeats` times on a fresh copy:
+pgbench plays the app (APP_SCRIPT: a user opens a scrap with its card, saves a new scrap with
+its refine job, a worker claims, refines and completes it) at `--rate` transactions per second
+from `--clients` clients; after `--quiet` seconds a recovery_job starts (in a process of its
+own through Dagster, the per-run caps lifted as in `bench`, so it heals every target at once);
+pgbench runs on for as long as the run and a few seconds more. Every transaction's latency
+(pgbench's per-transaction log, measured from its scheduled start, as a user waits) is put in
+the window it ended in: quiet (before the run) or during the run. Prints, per repeat and over
+all: p50, p99 and max of each window, the run's seconds and targets healed; the last line is
+machine-readable:
+
+    quiet_p99_ms=Q during_p99_ms=D ratio=R
+
+`--parallel-workers N` replays the code with N parallel workers per query of the run (0 is what
+batch_pipeline sets; PostgreSQL's default is 2). docs/benchmarks.md, "The app's latency while
+batch_pipeline heals", holds runs.
+
+    .venv/bin/python -m bench.app_latency [--scale 1] [--rate 150] [--clients 4] [--repeats 3]
+"""
+
+import argparse
+import json
+import multiprocessing
+import os
+import subprocess
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from batch_pipeline.san.database import create_san_engine
+from batch_pipeline.san.schema import create_recommended_indexes
+from bench.runner import (
+    DEFAULT_SERVER_URL,
+    LIFTED,
+    Server,
+    db_url,
+    psycopg_conninfo,
+    run_pipeline,
+)
+from bench.seed import Scale, seed
+
+PREFIX = "bench_app_latency"
+# SAN's app as the database sees it: primary-key reads and single-row writes, a few
+# transactions each (the app's DDL has no other index to use).
+APP_SCRIPT = """
+\\set sid random(1, {scraps})
+\\set uid random(1, {users})
+SELECT s.id, s.refined_content, k.title, k.summary
+  FROM scraps s LEFT JOIN knowledge_cards k ON k.scrap_id = s.id WHERE s.id = :sid;
+BEGIN;
+INSERT INTO scraps (user_id, original_content) VALUES (:uid, 'a page the user kept')
+  RETURNING id AS new_scrap \\gset
+INSERT INTO jobs (job_type, target_id, status) VALUES ('SCRAP_REFINE', :new_scrap, 'PENDING')
+  RETURNING id AS job \\gset
+COMMIT;
+UPDATE jobs SET status = 'PROCESSING', started_at = now(), updated_at = now()
+  WHERE id = :job AND status = 'PENDING';
+BEGIN;
+UPDATE scraps SET refined_content = 'refined', updated_at = now() WHERE id = :new_scrap;
+UPDATE jobs SET status = 'COMPLETED', finished_at = now(), updated_at = now() WHERE id = :job;
+COMMIT;
+"""
+# the first seconds of the app's traffic on a fresh copy: connections, cold pages
+WARM_UP_S = 5.0
+# after the run: the app's traffic a little longer, so the run's last batch is in a full window
+TAIL_S = 3.0
+# pgbench's duration is fixed up front: the quiet window plus what a run may take at most
+RUN_BUDGET_S = 600
+
+
+def replay_parallel_workers(workers: int) -> None:
+    """Start every transaction of this process with `workers` parallel workers per query."""
+    from batch_pipeline.san.dialects import postgresql
+
+    postgresql.BEGIN_SETTINGS += (
+        f", set_config('max_parallel_workers_per_gather', '{workers}', true)"
+    )
+
+
+def one_recovery_run(
+    url: str, parallel_workers: int | None, config: dict, apart: bool, ready, go, results
+) -> None:
+    """A recovery_job when `go` is set, in a process of its own: Dagster's imports happen
+    before the app's traffic starts, not in its quiet window."""
+    if parallel_workers is not None:
+        replay_parallel_workers(parallel_workers)
+    if apart:
+        os.nice(19)  # as if on a host of its own: the database's processes come first
+    ready.set()
+    go.wait()
+    started = time.time()
+    elapsed, result, instance = run_pipeline("recovery_job", url, {**LIFTED, **config})
+    healed = 0
+    for event in result.all_events:
+        if event.event_type_value == "ASSET_MATERIALIZATION":
+            metadata = event.event_specific_data.materialization.metadata
+            if "enqueued" in metadata:
+                healed += int(metadata["enqueued"].value)
+    steps, starts = [], {}
+    for entry in instance.all_logs(result.run_id):
+        event = entry.dagster_event
+        if event is not None and event.event_type_value == "STEP_START":
+            starts[event.step_key] = entry.timestamp
+        elif event is not None and event.event_type_value in ("STEP_SUCCESS", "STEP_FAILURE"):
+            op = event.step_key.rsplit(".", 1)[-1]
+            steps.append((op, starts[event.step_key], entry.timestamp))
+    results.put((started, time.time(), result.success, elapsed, healed, steps))
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def latencies(log_folder: Path) -> list[tuple[float, float]]:
+    """(ended at, latency ms) of every transaction in pgbench's per-transaction logs: client,
+    transaction, latency µs, script, epoch s, µs[, schedule lag]."""
+    rows = []
+    for log in log_folder.glob("app.*"):
+        for line in log.read_text().splitlines():
+            fields = line.split()
+            if len(fields) >= 6:  # not the line pgbench was writing when it was stopped
+                rows.append((int(fields[4]) + int(fields[5]) / 1e6, int(fields[2]) / 1000))
+    return rows
+
+
+def summary(values: list[float]) -> str:
+    if not values:
+        return "no transactions"
+    return (
+        f"{len(values):5d} tx  p50 {percentile(values, 0.5):6.2f} ms  "
+        f"p99 {percentile(values, 0.99):6.2f} ms  max {max(values):7.2f} ms"
+    )
+
+
+def one_repeat(
+    server: Server, template: str, args, script: Path, folder: Path
+) -> tuple[list, list, tuple]:
+    copy = f"{args.prefix}_run"
+    server.create(copy, template=template)
+    url = db_url(args.server_url, copy)
+    conninfo = psycopg_conninfo(url)
+    for old in folder.glob("app.*"):
+        old.unlink()
+    context = multiprocessing.get_context("spawn")
+    ready, go, results = context.Event(), context.Event(), context.Queue()
+    config = json.loads(args.run_config)
+    run = context.Process(
+        target=one_recovery_run,
+        args=(url, args.parallel_workers, config, args.hosts_apart, ready, go, results),
+    )
+    run.start()
+    ready.wait(timeout=300)
+    pgbench = subprocess.Popen(
+        [
+            *(["nice", "-n", "-10"] if args.hosts_apart else []),
+            "pgbench", "--no-vacuum", "--file", str(script), "--client", str(args.clients),
+            "--jobs", str(min(args.clients, 2)), "--rate", str(args.rate),
+            "--time", str(int(args.quiet + RUN_BUDGET_S)), "--log", "--log-prefix",
+            str(folder / "app"), "--host", conninfo.get("host", "127.0.0.1"),
+            "--port", str(conninfo.get("port", 5432)),
+            "--username", conninfo.get("user", "postgres"),
+            copy,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    pgbench_started = time.time()
+    time.sleep(args.quiet)
+    go.set()
+    run_started, run_ended, success, elapsed, changed, steps = results.get(timeout=RUN_BUDGET_S)
+    run.join()
+    time.sleep(TAIL_S)
+    pgbench.terminate()  # its logs end with the line it was writing: latencies() drops it
+    _, errors = pgbench.communicate(timeout=60)
+    rows = latencies(folder)
+    if not rows:
+        raise SystemExit(f"pgbench logged no transaction: {errors.strip()}")
+    quiet = [ms for ended, ms in rows if pgbench_started + WARM_UP_S <= ended < run_started]
+    during = [ms for ended, ms in rows if run_started <= ended <= run_ended]
+    server.drop(copy)
+    by_step = {
+        name: [ms for ended, ms in rows if start <= ended <= end] for name, start, end in steps
+    }
+    return quiet, during, (success, elapsed, changed), by_step
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.app_latency",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--server-url", default=DEFAULT_SERVER_URL)
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--rate", type=float, default=150.0, help="app transactions per second")
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--quiet", type=float, default=30.0, help="seconds of app traffic alone")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--without-indexes", action="store_true")
+    parser.add_argument(
+        "--prefix", default=PREFIX, help="of the scratch databases (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--parallel-workers",
+        type=int,
+        default=None,
+        help="replay the detection queries with this many parallel workers each",
+    )
+    parser.add_argument(
+        "--run-config",
+        default="{}",
+        help="recovery_job run config fields as JSON, e.g. '{\"batch_size\": 1000}'",
+    )
+    parser.add_argument(
+        "--hosts-apart",
+        action="store_true",
+        help="pgbench (the app's servers) at nice -10 and the run's process at nice 19, as if "
+        "each were on a host of its own: what is left is the database's share (needs root)",
+    )
+    args = parser.parse_args(argv)
+    server = Server(args.server_url, args.prefix)
+    template = f"{args.prefix}_template"
+    scale = Scale(args.scale)
+    started = time.perf_counter()
+    server.create(template)
+    with server.connect(template) as conn:
+        seed(conn, scale, datetime.now(UTC))
+    if not args.without_indexes:
+        engine = create_san_engine(db_url(args.server_url, template))
+        create_recommended_indexes(engine)
+        engine.dispose()
+    with server.connect(template) as conn:
+        conn.execute("VACUUM ANALYZE")
+    print(
+        f"# app latency while healing: scale {args.scale} ({scale.scraps:,} scraps), "
+        f"{'without' if args.without_indexes else 'with'} the recommended indexes, "
+        f"pgbench {args.clients} clients at {args.rate:g} tx/s, parallel workers per detection "
+        f"query: {'as the code sets' if args.parallel_workers is None else args.parallel_workers}"
+        f", run config {json.loads(args.run_config) or 'default'} (caps lifted)"
+        + (", pgbench and the run as if on hosts of their own" if args.hosts_apart else "")
+        + f"; seeded in {time.perf_counter() - started:.0f} s"
+    )
+    script = Path(tempfile.mkdtemp(prefix="app_latency_")) / "san_app.sql"
+    script.write_text(APP_SCRIPT.format(scraps=scale.scraps, users=scale.users))
+    all_quiet, all_during = [], []
+    try:
+        for repeat in range(1, args.repeats + 1):
+            quiet, during, (success, elapsed, changed), by_step = one_repeat(
+                server, template, args, script, script.parent
+            )
+            all_quiet += quiet
+            all_during += during
+            print(
+                f"repeat {repeat}: recovery_job {'success' if success else 'FAILED'} in "
+                f"{elapsed:.1f} s, {changed:,} targets healed (enqueued)"
+            )
+            print(f"  quiet       {summary(quiet)}")
+            print(f"  during run  {summary(during)}")
+            for name, values in by_step.items():
+                print(f"    {name:28s} {summary(values)}")
+    finally:
+        server.drop(f"{args.prefix}_run")
+        server.drop(template)
+    print(f"all repeats: quiet      {summary(all_quiet)}")
+    print(f"all repeats: during run {summary(all_during)}")
+    quiet_p99, during_p99 = percentile(all_quiet, 0.99), percentile(all_during, 0.99)
+    print(
+        f"quiet_p99_ms={quiet_p99:.2f} during_p99_ms={during_p99:.2f} "
+        f"ratio={during_p99 / quiet_p99:.2f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
