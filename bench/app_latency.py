@@ -41,6 +41,7 @@ from bench.runner import (
     db_url,
     psycopg_conninfo,
     run_pipeline,
+    step_spans,
 )
 from bench.seed import Scale, seed
 
@@ -96,19 +97,12 @@ def one_recovery_run(
     started = time.time()
     elapsed, result, instance = run_pipeline("recovery_job", url, {**LIFTED, **config})
     healed = 0
-    for event in result.all_events:
+    for event in result.all_events:  # a failed run's areas too
         if event.event_type_value == "ASSET_MATERIALIZATION":
             metadata = event.event_specific_data.materialization.metadata
             if "enqueued" in metadata:
                 healed += int(metadata["enqueued"].value)
-    steps, starts = [], {}
-    for entry in instance.all_logs(result.run_id):
-        event = entry.dagster_event
-        if event is not None and event.event_type_value == "STEP_START":
-            starts[event.step_key] = entry.timestamp
-        elif event is not None and event.event_type_value in ("STEP_SUCCESS", "STEP_FAILURE"):
-            op = event.step_key.rsplit(".", 1)[-1]
-            steps.append((op, starts[event.step_key], entry.timestamp))
+    steps = step_spans(instance, result.run_id, ended=("STEP_SUCCESS", "STEP_FAILURE"))
     results.put((started, time.time(), result.success, elapsed, healed, steps))
 
 

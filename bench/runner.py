@@ -142,19 +142,28 @@ class Figures:
         )
 
 
-def step_durations(instance, result) -> dict[str, float]:
-    """Per-op seconds, from the STEP_START and STEP_SUCCESS entries Dagster recorded."""
-    starts, durations = {}, {}
-    for entry in instance.all_logs(result.run_id):
+def step_spans(
+    instance, run_id: str, ended: tuple[str, ...] = ("STEP_SUCCESS",)
+) -> list[tuple[str, float, float]]:
+    """(op, started, ended) of each step that ended with one of `ended`, from the STEP_START
+    and end entries Dagster recorded (epoch seconds)."""
+    starts, spans = {}, []
+    for entry in instance.all_logs(run_id):
         event = entry.dagster_event
         if event is None:
             continue
         if event.event_type_value == "STEP_START":
             starts[event.step_key] = entry.timestamp
-        elif event.event_type_value == "STEP_SUCCESS":
+        elif event.event_type_value in ended:
             # by op name: recovery_job's steps are ops of the run_recovery graph ("run_recovery.x")
-            durations[event.step_key.rsplit(".", 1)[-1]] = entry.timestamp - starts[event.step_key]
-    return durations
+            op = event.step_key.rsplit(".", 1)[-1]
+            spans.append((op, starts[event.step_key], entry.timestamp))
+    return spans
+
+
+def step_durations(instance, result) -> dict[str, float]:
+    """Per-op seconds of the steps that succeeded."""
+    return {op: end - start for op, start, end in step_spans(instance, result.run_id)}
 
 
 def run_pipeline(job_name: str, url: str, config: dict, partition_key: str | None = None):
