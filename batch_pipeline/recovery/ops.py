@@ -204,13 +204,13 @@ def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
         job_dispatcher: JobDispatcherResource,
     ):
         engine = san_database.get_engine()
+        instant = write_instant(candidates)
         if not settings.policy.dry_run:
             record_dead_runs(context.op_execution_context, recovery, engine, settings)
-            if len(candidates) and write_instant(candidates) is not None:
+            if len(candidates) and instant is not None:
                 # before the first write: a run that dies after it can be audited from SAN
                 context.instance.add_run_tags(
-                    context.run_id,
-                    {dead_runs.wrote_tag(recovery.area): write_instant(candidates).isoformat()},
+                    context.run_id, {dead_runs.wrote_tag(recovery.area): instant.isoformat()}
                 )
         with retried_only_if_transient(), paused_gc():
             [report] = audited_across_attempts(
@@ -222,7 +222,7 @@ def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
                     job_dispatcher.for_database(engine),
                     candidates,
                     settings,
-                    write_instant(candidates) or database_now(engine),
+                    instant or database_now(engine),
                 ),
                 same_candidates=True,
             )
