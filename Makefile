@@ -3,6 +3,8 @@
 PYTHON ?= python3.11
 # `make run PORT=3001` when 3000 is taken
 PORT ?= 3000
+# The metrics endpoint `make run` starts beside the UI (http://127.0.0.1:9464/metrics)
+METRICS_PORT ?= 9464
 # Where `make run` keeps Dagster's run history, schedules and logs (with ./dagster.yaml).
 RUN_HOME ?= $(CURDIR)/.dagster_home
 VENV := .venv
@@ -19,11 +21,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# `dagster dev`, plus (when SAN_DATABASE_URL is unset) a living sandbox on the embedded default.
+# `dagster dev` and the metrics endpoint, plus (when SAN_DATABASE_URL is unset) a living sandbox
+# on the embedded default.
 # `exec`: a SIGTERM that make passes on reaches the command itself, which stops all of it.
 run: $(STAMP)
 	mkdir -p $(RUN_HOME) && ln -sf $(CURDIR)/dagster.yaml $(RUN_HOME)/dagster.yaml
-	DAGSTER_HOME=$(RUN_HOME) exec $(VENV)/bin/python -m batch_pipeline.sandbox ui -- --host 127.0.0.1 --port $(PORT)
+	DAGSTER_HOME=$(RUN_HOME) METRICS_PORT=$(METRICS_PORT) exec $(VENV)/bin/python -m batch_pipeline.sandbox ui -- --host 127.0.0.1 --port $(PORT)
 
 # --dist loadfile: a test module runs on one worker, in order (the UI test walks through steps).
 test: $(STAMP)

@@ -9,6 +9,8 @@ explain          the story of one scrap, summary or job: its jobs, the verdict o
                  recoveries' rules now, every Dagster run that touched it (reads only)
 redrive          one more job, beyond max_attempts, for exhausted targets (a dry run unless
                  --apply; recorded as a redrive_job run in the Dagster instance)
+metrics          serve Prometheus metrics (backlog, heals, time to heal, the healer's liveness)
+                 on http://127.0.0.1:9464/metrics, reading SAN and DAGSTER_HOME's instance
 """
 
 import argparse
@@ -18,6 +20,8 @@ import sys
 from sqlalchemy.exc import SQLAlchemyError
 
 from batch_pipeline.doctor import run_doctor
+from batch_pipeline.monitoring.exporter import CACHE_SECONDS, DEFAULT_HOST, DEFAULT_PORT
+from batch_pipeline.monitoring.server import serve
 from batch_pipeline.recovery.registry import TARGET_RECOVERIES
 from batch_pipeline.san.database import (
     SanConnectionError,
@@ -97,7 +101,18 @@ def main(argv: list[str] | None = None) -> int:
     again.add_argument("--reason", default="", help="why, for the audit trail")
     again.add_argument("--apply", action="store_true", help="enqueue (default: a dry run)")
     again.add_argument("--json", action="store_true", help="the audit entry as JSON")
+    metrics = commands.add_parser("metrics", parents=[database], help="serve Prometheus metrics")
+    metrics.add_argument("--port", type=port_number, default=DEFAULT_PORT, help="default 9464")
+    metrics.add_argument("--host", default=DEFAULT_HOST, help="default 127.0.0.1 (this host only)")
+    metrics.add_argument(
+        "--cache-seconds",
+        type=float,
+        default=CACHE_SECONDS,
+        help=f"serve readings this old before reading again (default {CACHE_SECONDS:g})",
+    )
     args = parser.parse_args(argv)
+    if args.command == "metrics":
+        return metrics_command(args)
     if args.command == "explain":
         return explain_command(args.database_url, args.kind, args.id, args.json)
     if args.command == "redrive":
@@ -179,6 +194,23 @@ def create_indexes(engine) -> int:
         print(f"{label}: {', '.join(names) if names else '-'}")
     print(f"recommended indexes present at {redacted(engine.url)}")
     return 0
+
+
+def metrics_command(args) -> int:
+    try:
+        return serve(args.database_url, args.host, args.port, args.cache_seconds)
+    except SanConnectionError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"error: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
+        return 2
+
+
+def port_number(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port (1-65535)")
+    return int(value)
 
 
 def positive_id(value: str) -> int:

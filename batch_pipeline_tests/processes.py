@@ -12,7 +12,9 @@ import urllib.request
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
+from dagster import DagsterInstance
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -45,7 +47,8 @@ def run_home(parent: Path) -> Path:
 def sandbox_env(data_dir: Path, **extra: str) -> dict:
     """This environment as `make run` sees it on the embedded default: no SAN database, no
     dispatcher, cron or zone of the caller's; the sandbox's data in `data_dir`."""
-    env = {**os.environ, "SAN_DATA_DIR": str(data_dir), **extra}
+    # the metrics endpoint beside the UI on a port of its own (two tests run at once)
+    env = {**os.environ, "SAN_DATA_DIR": str(data_dir), "METRICS_PORT": str(free_port()), **extra}
     for name in ("SAN_DATABASE_URL", "SAN_JOB_DISPATCHER", "SAN_TIMEZONE", "SAN_RECOVERY_CRON"):
         env.pop(name, None)
     return env
@@ -245,3 +248,64 @@ def _accepts(port: int) -> bool:
         return True
     except OSError:
         return False
+
+
+class Deployment(NamedTuple):
+    home: Path  # DAGSTER_HOME
+    port: int  # the webserver's
+    log: Path
+    env: dict  # the processes' environment (for another process beside them)
+    daemon: subprocess.Popen
+
+
+@contextmanager
+def production_deployment(tmp_path: Path, pg_db, storage: dict, **settings: str):
+    """dagster-daemon and dagster-webserver on deploy/dagster.prod.yaml, healing `pg_db`."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / "deploy" / "dagster.prod.yaml", home / "dagster.yaml")
+    env = {
+        **os.environ,
+        **storage,
+        "DAGSTER_HOME": str(home),
+        "SAN_DATABASE_URL": pg_db.url,
+        "SAN_JOB_DISPATCHER": "none",
+        **settings,
+    }
+    # Create Dagster's storage schema once, before two processes race to create it on an empty
+    # database (one of them failed here with 'type "run_tags" already exists').
+    DagsterInstance.from_config(str(home)).dispose()
+    port = free_port()
+    log_path = tmp_path / "dagster.log"
+    log = open(log_path, "w")
+    daemon = start([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], env, log)
+    webserver = start(
+        [
+            str(BIN / "dagster-webserver"),
+            "-w",
+            "workspace.yaml",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+        ],
+        env,
+        log,
+    )
+    try:
+        yield Deployment(home, port, log_path, env, daemon)
+    finally:
+        stop_group(webserver)
+        stop_group(daemon)
+        log.close()
+
+
+# deploy/prometheus: the alert rules and configs, and the tools of Debian's prometheus and
+# prometheus-alertmanager packages that check and run them (.ci/run installs both).
+PROMETHEUS = ROOT / "deploy" / "prometheus"
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    assert path, f"{name} not found: `apt-get install prometheus prometheus-alertmanager`"
+    return path

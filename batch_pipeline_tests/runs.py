@@ -21,6 +21,7 @@ from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.schema import create_recommended_indexes
+from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PROCESSING, TIL_GENERATION
 
 SEOUL = ZoneInfo("Asia/Seoul")
 
@@ -161,3 +162,80 @@ def run_failure_alert(result, instance):
         dagster_run=result.dagster_run,
     ).for_run_failure()
     defs.resolve_sensor_def("run_failure_alert")(context)
+
+
+def record_sensor_tick(
+    instance,
+    name: str,
+    status,
+    at: float,
+    *,
+    skip_reason: str | None = None,
+    error: str | None = None,
+    running: bool = True,
+    cursor: str | None = None,
+):
+    """A finished tick of sensor `name` in `instance`, as the daemon stores it (the sensor's
+    state created or updated: running or stopped, its cursor)."""
+    from dagster._core.remote_origin import (
+        RegisteredCodeLocationOrigin,
+        RemoteInstigatorOrigin,
+        RemoteRepositoryOrigin,
+    )
+    from dagster._core.scheduler.instigation import (
+        InstigatorState,
+        InstigatorStatus,
+        InstigatorType,
+        SensorInstigatorData,
+        TickData,
+    )
+    from dagster._utils.error import SerializableErrorInfo
+
+    origin = RemoteInstigatorOrigin(
+        RemoteRepositoryOrigin(RegisteredCodeLocationOrigin("batch_pipeline"), "__repository__"),
+        name,
+    )
+    state = InstigatorState(
+        origin,
+        InstigatorType.SENSOR,
+        InstigatorStatus.DECLARED_IN_CODE if running else InstigatorStatus.STOPPED,
+        SensorInstigatorData(last_tick_timestamp=at, cursor=cursor, sensor_type=None),
+    )
+    if instance.get_instigator_state(origin.get_id(), state.selector_id) is None:
+        instance.add_instigator_state(state)
+    else:
+        instance.update_instigator_state(state)
+    instance.create_tick(
+        TickData(
+            instigator_origin_id=origin.get_id(),
+            instigator_name=name,
+            instigator_type=InstigatorType.SENSOR,
+            status=status,
+            timestamp=at,
+            run_ids=[],
+            skip_reason=skip_reason,
+            error=SerializableErrorInfo(error, [], "Exception") if error else None,
+            selector_id=state.selector_id,
+        )
+    )
+
+
+def broken_state(db):
+    """One fragment per recovery area, and healthy rows beside them: (the ghost job, its scrap,
+    the orphan scrap, the unrefined scrap, the unwritten summary)."""
+    user = db.user()
+    ghost_scrap = db.scrap(user, created_at=db.ago(hours=3))  # its CARD_ANALYSIS is stuck
+    ghost = db.job(
+        CARD_ANALYSIS,
+        ghost_scrap,
+        PROCESSING,
+        created_at=db.ago(hours=3),
+        started_at=db.ago(hours=2),
+    )
+    orphan = db.scrap(user, created_at=db.ago(hours=3))
+    unrefined = db.scrap(user, created_at=db.ago(hours=3), refined=False, card=True)
+    db.scrap(user, created_at=db.ago(hours=3), card=True)  # healthy
+    unwritten = db.summary(user, created_at=db.ago(hours=3))  # its TIL_GENERATION failed
+    db.job(TIL_GENERATION, unwritten, FAILED, created_at=db.ago(hours=3))
+    db.summary(user, created_at=db.ago(hours=3), content="TIL")  # healthy
+    return ghost, ghost_scrap, orphan, unrefined, unwritten

@@ -29,6 +29,14 @@ def run_link(run_id: str) -> str:
     return f"{base}/runs/{run_id}"
 
 
+# The code location's name in workspace.yaml and deploy/workspace.yaml (the UI's sensor paths).
+CODE_LOCATION = "batch_pipeline"
+
+
+def sensor_link(name: str) -> str:
+    return f"{base_url()}/locations/{CODE_LOCATION}/sensors/{name}"
+
+
 def post_alert(text: str, webhook_url: str | None = None, timeout_s: float = 10.0) -> bool:
     """Post `text` to the webhook; True when Slack accepted it. Never raises: an alert that
     cannot be delivered is logged, it must not fail the sensor that raised it."""

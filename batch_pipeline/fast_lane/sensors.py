@@ -43,6 +43,10 @@ SENSOR_NAME = "fast_heal_sensor"
 # tick returns (see the module's docstring).
 LAST_ROUND_KEY = f"batch_pipeline/{SENSOR_NAME}/last_round"
 
+# How a tick that skips because the lane is off begins its reason (the metrics endpoint and the
+# fast lane's watch tell an off lane from one with nothing to heal by it).
+LANE_OFF = "the fast lane is off"
+
 # What the tick's probe found (targets to retry or enqueue): a run is requested only when > 0.
 FOUND_TAG = "batch_pipeline/found"
 
@@ -139,7 +143,7 @@ def fast_heal_sensor(
             san_database.open_verified(config.write_limits)  # no SAN tables: that is the problem
             return SensorResult(
                 skip_reason=SkipReason(
-                    f"the fast lane is off: the recommended indexes {', '.join(missing)} are "
+                    f"{LANE_OFF}: the recommended indexes {', '.join(missing)} are "
                     f"missing or invalid, and without them every probe would read whole tables "
                     f"({size / 2**20:.1f} MB, more than the {SMALL_TABLES_BYTES / 2**20:g} MB a "
                     f"tick can read every {PROBE_SECONDS} s). Run `python -m batch_pipeline "

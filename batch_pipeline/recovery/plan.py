@@ -136,15 +136,33 @@ def heal_ages(waiting_since: pd.Series, now) -> list[float]:
     return (pd.Timestamp(now).value / 1e9 - epoch_seconds).round(1).tolist()
 
 
+# The upper bounds (seconds) of the time-to-heal histogram: the fast lane heals in seconds, a
+# recovery run within its period (2 h by default), a TIL the next night. The audit stores a
+# run's counts per bucket; the metrics endpoint adds them up as a Prometheus histogram.
+TIME_TO_HEAL_BUCKETS = (15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 10800, 21600, 86400)
+OVER_THE_LAST_BUCKET = "+Inf"
+
+
+def heal_age_buckets(ages: list[float]) -> dict[str, int]:
+    """How many of `ages` fall in each bucket (not cumulative), keyed by its upper bound."""
+    counts = dict.fromkeys([*map(str, TIME_TO_HEAL_BUCKETS), OVER_THE_LAST_BUCKET], 0)
+    for age in ages:
+        bound = next((b for b in TIME_TO_HEAL_BUCKETS if age <= b), None)
+        counts[str(bound) if bound is not None else OVER_THE_LAST_BUCKET] += 1
+    return counts
+
+
 def heal_age_metadata(ages: list[float]) -> dict:
-    """Median and max seconds waited by what a run healed; absent when it healed nothing, so
-    the UI's plot has no false zeros."""
+    """Median and max seconds waited by what a run healed, and their histogram (for the metrics
+    endpoint); absent when it healed nothing, so the UI's plot has no false zeros."""
     if not ages:
         return {}
     series = pd.Series(ages)
     return {
         "heal_age_median_seconds": round(float(series.median()), 1),
         "heal_age_max_seconds": float(series.max()),
+        "heal_age_sum_seconds": round(float(series.sum()), 1),
+        "heal_age_buckets": heal_age_buckets(ages),
     }
 
 

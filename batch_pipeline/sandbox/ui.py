@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo
 
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
+from batch_pipeline.monitoring.exporter import DEFAULT_PORT as DEFAULT_METRICS_PORT
 from batch_pipeline.san.database import create_san_engine, default_data_dir, embedded_database_url
 from batch_pipeline.san.timezone import san_timezone_name
 from batch_pipeline.sandbox.app_schema import NotASandbox
@@ -248,6 +249,15 @@ class DemoTil(threading.Thread):
             return
 
 
+def start_metrics(env: dict) -> subprocess.Popen:
+    """The metrics endpoint beside the UI (METRICS_PORT, default 9464), on the same database and
+    instance: what SAN's Prometheus would scrape."""
+    port = env.get("METRICS_PORT") or str(DEFAULT_METRICS_PORT)
+    command = [sys.executable, "-m", "batch_pipeline", "metrics", "--port", port]
+    say(f"metrics: Prometheus metrics on http://127.0.0.1:{port}/metrics")
+    return start_group(command, env=env)
+
+
 def run_ui(dagster_args: list[str], live: bool = True) -> int:
     """`dagster dev`, with a living sandbox beside it on the embedded default."""
     dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
@@ -281,10 +291,11 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
     # Ctrl-C and SIGTERM both stop; SIGINT is restored even where a background shell left it
     # ignored (`make run &`).
     previous = {sig: signal.signal(sig, stop_on) for sig in (signal.SIGTERM, signal.SIGINT)}
-    ui = None
+    ui = metrics = None
     try:
         if demo:
             sandbox = Supervised([sys.executable, "-m", "batch_pipeline.sandbox", "live"])
+        metrics = start_metrics(env)
         # `dagster dev` in a process group of its own: the stop below reaches all of it.
         ui = start_group(command, cwd=cwd, env=env)
         if demo:
@@ -300,6 +311,8 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
             signal.signal(sig, signal.SIG_IGN)
         say("stopping: the living sandbox and dagster dev …")
         stops = [] if sandbox is None else [sandbox.stop]
+        if metrics is not None:
+            stops.append(lambda: stop_group(metrics))
         if ui is not None:
             stops.append(lambda: stop_dagster_dev(ui))
         stop_at_once(*stops)
@@ -310,5 +323,7 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
     finally:
         if sandbox is not None:
             sandbox.stop()
+        if metrics is not None and metrics.poll() is None:
+            stop_group(metrics)
         for sig, handler in previous.items():
             signal.signal(sig, handler)

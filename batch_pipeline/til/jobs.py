@@ -11,10 +11,12 @@ from dagster import (
 
 from batch_pipeline.til.ops import check_san_database_for_til, create_daily_tils, detect_til_users
 
+TIL_JOB_NAME = "til_auto_generation_job"
+
 
 def build_til_job(partitions: DailyPartitionsDefinition) -> JobDefinition:
     @job(
-        name="til_auto_generation_job",
+        name=TIL_JOB_NAME,
         partitions_def=partitions,
         tags={"dagster/max_runtime": "7200"},  # run monitoring cancels a run stuck longer
         description="For every user active on day D: a new DailySummary and an enqueued "

@@ -11,13 +11,16 @@ import yaml
 from batch_pipeline_tests.deploy.docker import DEPLOY, deploy_file, launcher_env_vars
 
 
-def test_only_the_webserver_is_published_and_only_on_loopback():
+def test_only_the_webserver_and_the_metrics_are_published_and_only_on_loopback():
     services = deploy_file("docker-compose.yml")["services"]
     published = {
         name: service["ports"] for name, service in services.items() if service.get("ports")
     }
     # the code server's gRPC port never is
-    assert published == {"webserver": ["127.0.0.1:3000:3000"]}
+    assert published == {
+        "webserver": ["127.0.0.1:3000:3000"],
+        "metrics": ["127.0.0.1:9464:9464"],
+    }
 
 
 def test_the_compose_instance_has_the_run_queue_monitoring_and_the_docker_run_launcher():
@@ -65,6 +68,7 @@ def test_each_service_has_a_health_check_of_its_own_and_the_image_none():
     assert "grpc-health-check" in str(services["code-server"]["healthcheck"]["test"])
     assert "/server_info" in str(services["webserver"]["healthcheck"]["test"])
     assert "liveness-check" in str(services["daemon"]["healthcheck"]["test"])
+    assert ":9464/metrics" in str(services["metrics"]["healthcheck"]["test"])
     # inherited by the webserver, the daemon and every run container otherwise
     assert "HEALTHCHECK" not in (DEPLOY / "Dockerfile").read_text().replace("No HEALTHCHECK", "")
 

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import time
+import urllib.request
 import uuid
 
 import psycopg
@@ -49,7 +50,9 @@ PG_PASSWORD = "compose-test"
 ENDED = ("SUCCESS", "FAILURE", "CANCELED")
 
 
-def host_network_variant(shipped: dict, pg_port: int, grpc_port: int, web_port: int):
+def host_network_variant(
+    shipped: dict, pg_port: int, grpc_port: int, web_port: int, metrics_port: int
+):
     """The shipped file on the host's network: (the variant, what changed, in words)."""
     variant = copy.deepcopy(shipped)
     changes = []
@@ -66,8 +69,8 @@ def host_network_variant(shipped: dict, pg_port: int, grpc_port: int, web_port: 
         if service.pop("ports", None):
             change(f"{name}: ports removed (on the host's network it listens on 127.0.0.1)")
     change("every service: network_mode host")
-    for name in ("dagster-migrate", "code-server", "webserver", "daemon"):
-        env = services[name]["environment"]
+    for name in ("dagster-migrate", "code-server", "webserver", "daemon", "metrics"):
+        services[name]["environment"] = env = dict(services[name]["environment"])
         env.update(
             {
                 "DAGSTER_PG_HOST": "127.0.0.1",
@@ -87,15 +90,17 @@ def host_network_variant(shipped: dict, pg_port: int, grpc_port: int, web_port: 
     change(f"dagster-postgres: listens on 127.0.0.1:{pg_port}; its health check asks that port")
     services["code-server"]["environment"].update({"PORT": str(grpc_port), "HOST": "127.0.0.1"})
     change(f"code-server: serves on 127.0.0.1:{grpc_port}")
-    webserver = services["webserver"]
-    webserver["command"] = [
-        {"0.0.0.0": "127.0.0.1", "3000": str(web_port)}.get(part, part)
-        for part in webserver["command"]
-    ]
-    webserver["healthcheck"]["test"] = [
-        part.replace(":3000/", f":{web_port}/") for part in webserver["healthcheck"]["test"]
-    ]
-    change(f"webserver: serves on 127.0.0.1:{web_port}; its health check asks that port")
+    served = (("webserver", 3000, web_port), ("metrics", 9464, metrics_port))
+    for name, shipped_port, port in served:
+        service, health_check = services[name], services[name]["healthcheck"]
+        service["command"] = [
+            {"0.0.0.0": "127.0.0.1", str(shipped_port): str(port)}.get(part, part)
+            for part in service["command"]
+        ]
+        health_check["test"] = [
+            part.replace(f":{shipped_port}/", f":{port}/") for part in health_check["test"]
+        ]
+        change(f"{name}: serves on 127.0.0.1:{port}; its health check asks that port")
     return variant, changes
 
 
@@ -143,9 +148,9 @@ def test_compose_up_runs_terminates_survives_a_daemon_restart_rolls_out_and_fail
         pytest.skip("no docker-compose on this machine (.ci/run installs Debian's)")
     build_image(tmp_path)
     print(f"postgres:15 is {postgres_image(tmp_path)}")
-    pg_port, grpc_port, web_port = free_port(), free_port(), free_port()
+    pg_port, grpc_port, web_port, metrics_port = free_port(), free_port(), free_port(), free_port()
     variant, changes = host_network_variant(
-        yaml.safe_load(SHIPPED.read_text()), pg_port, grpc_port, web_port
+        yaml.safe_load(SHIPPED.read_text()), pg_port, grpc_port, web_port, metrics_port
     )
     print("The shipped deploy/docker-compose.yml, changed for this machine:")
     print("\n".join(f"  - {line}" for line in changes))
@@ -190,7 +195,7 @@ def test_compose_up_runs_terminates_survives_a_daemon_restart_rolls_out_and_fail
     lock = None
     try:
         compose("up", "-d")
-        services = ("dagster-postgres", "code-server", "webserver", "daemon")
+        services = ("dagster-postgres", "code-server", "webserver", "daemon", "metrics")
         for service in services:
             container = container_of(project, service)
             wait_for(lambda c=container: health(c) == "healthy", 300, f"{service} to be healthy")
@@ -209,6 +214,18 @@ def test_compose_up_runs_terminates_survives_a_daemon_restart_rolls_out_and_fail
             assert event.run_id == run_id
             [healed] = event.asset_materialization.metadata["recovered"].value
             assert healed["failed_job_id"] == ghost and healed["new_job_id"]
+        # the metrics service reads the same SAN database and instance
+        scrape = f"http://127.0.0.1:{metrics_port}/metrics"
+        wait_for(
+            lambda: (
+                'batch_pipeline_last_success_timestamp_seconds{dagster_job="recovery_job"}'
+                in urllib.request.urlopen(scrape, timeout=5).read().decode()
+            ),
+            60,
+            "the metrics service to see the run",
+        )
+        page = urllib.request.urlopen(scrape, timeout=5).read().decode()
+        assert "batch_pipeline_san_up 1.0" in page and "batch_pipeline_dagster_up 1.0" in page
 
         # 2. Terminate in the webserver: the run's container stops, the run is CANCELED
         lock = held_lock(pg_db)

@@ -356,3 +356,34 @@ def test_only_known_settings_are_set_and_no_secret_in_plain_sight():
     assert set(env) <= set(by_name), set(env) - set(by_name)
     assert [name for name in env if by_name[name].secret] == []
     assert "SAN_DATABASE_URL" not in env
+
+
+def test_the_metrics_manifest_runs_the_code_server_s_image_with_its_settings_as_non_root():
+    """deploy/helm/metrics.yaml, applied beside the chart: the same image and SAN secret as the
+    user deployment, the port Prometheus is told of, probes on /metrics, non-root."""
+    deployment, service, monitor = yaml.safe_load_all((VALUES.parent / "metrics.yaml").read_text())
+    user = yaml.safe_load(VALUES.read_text())["dagster-user-deployments"]["deployments"][0]
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    repository, tag = container["image"].rsplit(":", 1)
+    assert (repository, tag) == (user["image"]["repository"], user["image"]["tag"])
+    assert container["command"][:4] == ["python", "-m", "batch_pipeline", "metrics"]
+    assert container["command"][container["command"].index("--port") + 1] == "9464"
+    assert [ref["secretRef"]["name"] for ref in container["envFrom"]] == [
+        secret["name"] for secret in user["envSecrets"]
+    ]
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    assert env["SAN_TIMEZONE"] == user["env"]["SAN_TIMEZONE"]
+    assert "DAGSTER_PG_PASSWORD" in env  # the chart's instance config reads it
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert pod["automountServiceAccountToken"] is False
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["path"] == "/metrics"
+    annotations = service["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/port"] == (
+        "9464"
+    )
+    # the alert rules select job="batch_pipeline"
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert {"targetLabel": "job", "replacement": "batch_pipeline"} in endpoint["relabelings"]

@@ -3,11 +3,8 @@
 process is SIGKILLed mid-write frees the queue at once and is audited by the next run."""
 
 import os
-import shutil
 import signal
 import time
-from contextlib import contextmanager
-from pathlib import Path
 
 from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 from sqlalchemy import text
@@ -15,59 +12,13 @@ from sqlalchemy import text
 from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.recovery.dead_runs import AUDIT_OF_RUN
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
-from batch_pipeline.sandbox.processes import stop_group, wait_for
+from batch_pipeline.sandbox.processes import wait_for
 from batch_pipeline_tests.processes import (
-    BIN,
-    ROOT,
-    free_port,
+    production_deployment,
     serving,
-    start,
     submit_through_webserver,
     wait_for_status,
 )
-
-
-@contextmanager
-def production_deployment(tmp_path: Path, pg_db, storage: dict, **settings: str):
-    """dagster-daemon and dagster-webserver on deploy/dagster.prod.yaml, healing `pg_db`; yields
-    (DAGSTER_HOME, the webserver's port, the log's path)."""
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(ROOT / "deploy" / "dagster.prod.yaml", home / "dagster.yaml")
-    env = {
-        **os.environ,
-        **storage,
-        "DAGSTER_HOME": str(home),
-        "SAN_DATABASE_URL": pg_db.url,
-        "SAN_JOB_DISPATCHER": "none",
-        **settings,
-    }
-    # Create Dagster's storage schema once, before two processes race to create it on an empty
-    # database (one of them failed here with 'type "run_tags" already exists').
-    DagsterInstance.from_config(str(home)).dispose()
-    port = free_port()
-    log_path = tmp_path / "dagster.log"
-    log = open(log_path, "w")
-    daemon = start([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], env, log)
-    webserver = start(
-        [
-            str(BIN / "dagster-webserver"),
-            "-w",
-            "workspace.yaml",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(port),
-        ],
-        env,
-        log,
-    )
-    try:
-        yield home, port, log_path
-    finally:
-        stop_group(webserver)
-        stop_group(daemon)
-        log.close()
 
 
 def test_a_scheduled_tick_launches_a_recovery_run_on_the_production_instance(
@@ -79,7 +30,7 @@ def test_a_scheduled_tick_launches_a_recovery_run_on_the_production_instance(
         pg_db,
         dagster_pg_storage,
         SAN_RECOVERY_CRON="* * * * *",  # a tick every minute instead of every 2 hours
-    ) as (home, port, log):
+    ) as (home, port, log, _, _):
         runs = []
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
@@ -140,7 +91,7 @@ def test_a_killed_run_frees_the_queue_and_the_next_run_records_what_it_wrote(
     def closed() -> list[int]:
         return [ghost for ghost in ghosts if pg_db.get_job(ghost).status == FAILED]
 
-    with production_deployment(tmp_path, pg_db, dagster_pg_storage) as (home, port, log):
+    with production_deployment(tmp_path, pg_db, dagster_pg_storage) as (home, port, log, _, _):
         dead = submit_through_webserver(
             port, "recovery_job", recovery_run_config({"batch_size": 5})
         )

@@ -31,28 +31,10 @@ from batch_pipeline_tests.conftest import (
 from batch_pipeline_tests.runs import (
     KILLED,
     KillsItsOwnConnectionOnce,
+    broken_state,
     latest_metadata,
     run_recovery,
 )
-
-
-def broken_state(db):
-    user = db.user()
-    ghost_scrap = db.scrap(user, created_at=db.ago(hours=3))  # its CARD_ANALYSIS is stuck
-    ghost = db.job(
-        CARD_ANALYSIS,
-        ghost_scrap,
-        PROCESSING,
-        created_at=db.ago(hours=3),
-        started_at=db.ago(hours=2),
-    )
-    orphan = db.scrap(user, created_at=db.ago(hours=3))
-    unrefined = db.scrap(user, created_at=db.ago(hours=3), refined=False, card=True)
-    db.scrap(user, created_at=db.ago(hours=3), card=True)  # healthy
-    unwritten = db.summary(user, created_at=db.ago(hours=3))  # its TIL_GENERATION failed
-    db.job(TIL_GENERATION, unwritten, FAILED, created_at=db.ago(hours=3))
-    db.summary(user, created_at=db.ago(hours=3), content="TIL")  # healthy
-    return ghost, ghost_scrap, orphan, unrefined, unwritten
 
 
 def test_recovery_job_heals_every_area_and_records_the_audit_trail(san_db):

@@ -8,6 +8,7 @@ import pytest
 
 from batch_pipeline.recovery.plan import (
     COMMITTED_BY_FAILED_ATTEMPT,
+    TIME_TO_HEAL_BUCKETS,
     RecoveryPolicy,
     RecoveryReport,
     Writes,
@@ -73,10 +74,15 @@ def test_heal_ages_are_seconds_to_now_even_from_the_oldest_instant_a_frame_holds
     ages = heal_ages(since, NOW)
     assert ages[0] == 90.0 and ages[1] > 1e10
     assert heal_age_metadata([]) == {}  # a run that healed nothing plots no false zero
-    assert heal_age_metadata([1.0, 3.0, 8.0]) == {
-        "heal_age_median_seconds": 3.0,
-        "heal_age_max_seconds": 8.0,
-    }
+    metadata = heal_age_metadata([1.0, 3.0, 8.0, 15.0, 16.0, 90_000.0])
+    assert metadata["heal_age_median_seconds"] == 11.5
+    assert metadata["heal_age_max_seconds"] == 90_000.0
+    assert metadata["heal_age_sum_seconds"] == 90_043.0
+    # per bucket, not cumulative; a bound is inclusive (Prometheus' `le`)
+    buckets = metadata["heal_age_buckets"]
+    assert (buckets["15"], buckets["30"], buckets["+Inf"]) == (4, 1, 1)
+    assert sum(buckets.values()) == 6
+    assert list(buckets) == [*map(str, TIME_TO_HEAL_BUCKETS), "+Inf"]
 
 
 def test_merging_a_failed_attempts_commits_counts_its_work_once():

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from datetime import timedelta
 from pathlib import Path
 from typing import NamedTuple
@@ -68,6 +69,17 @@ def test_make_run_serves_the_ui_on_a_living_sandbox(tmp_path):
     engine = create_san_engine(f"sqlite:///{tmp_path / 'data' / 'san.sqlite'}")
     try:
         wait_for(lambda: serving(f"http://127.0.0.1:{port}"), 120, "the UI")
+
+        def metrics() -> str:
+            url = f"http://127.0.0.1:{env['METRICS_PORT']}/metrics"
+            try:
+                return urllib.request.urlopen(url, timeout=5).read().decode()
+            except OSError:
+                return ""
+
+        # the metrics endpoint beside it, on the same database and instance
+        page = wait_for(metrics, 60, "the metrics endpoint")
+        assert "batch_pipeline_san_up 1.0" in page and "batch_pipeline_dagster_up 1.0" in page
 
         def count(*where):
             with engine.connect() as conn:
