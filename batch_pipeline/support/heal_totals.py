@@ -19,7 +19,11 @@ from datetime import timedelta
 from dagster import DagsterInstance
 
 from batch_pipeline.fast_lane.assets import RETRIES_ASSET
-from batch_pipeline.recovery.plan import OVER_THE_LAST_BUCKET, TIME_TO_HEAL_BUCKETS
+from batch_pipeline.recovery.plan import (
+    HEAL_AGE_HISTOGRAM,
+    OVER_THE_LAST_BUCKET,
+    TIME_TO_HEAL_BUCKETS,
+)
 from batch_pipeline.recovery.registry import AREAS
 from batch_pipeline.support.audit_index import Event, events_after
 
@@ -61,11 +65,12 @@ class HealTotals:
             self.healed[area] = self.healed.get(area, 0) + int(enqueued)
         lane = LANE_OF_ASSET[event.asset]
         lane_buckets = defaultdict(int, self.buckets.get(lane, {}))
-        for bound, count in (metadata.get("heal_age_buckets") or {}).items():
+        histogram = metadata.get(HEAL_AGE_HISTOGRAM) or {"buckets": {}, "sum_seconds": 0.0}
+        for bound, count in histogram["buckets"].items():
             lane_buckets[bound] += int(count)
         self.buckets[lane] = dict(lane_buckets)
         self.age_sum_seconds[lane] = self.age_sum_seconds.get(lane, 0.0) + float(
-            metadata.get("heal_age_sum_seconds", 0.0)
+            histogram["sum_seconds"]
         )
 
 

@@ -77,9 +77,10 @@ def test_heal_ages_are_seconds_to_now_even_from_the_oldest_instant_a_frame_holds
     metadata = heal_age_metadata([1.0, 3.0, 8.0, 15.0, 16.0, 90_000.0])
     assert metadata["heal_age_median_seconds"] == 11.5
     assert metadata["heal_age_max_seconds"] == 90_000.0
-    assert metadata["heal_age_sum_seconds"] == 90_043.0
+    histogram = metadata["heal_age_histogram"]  # JSON: the UI plots only the two above
+    assert histogram["sum_seconds"] == 90_043.0
     # per bucket, not cumulative; a bound is inclusive (Prometheus' `le`)
-    buckets = metadata["heal_age_buckets"]
+    buckets = histogram["buckets"]
     assert (buckets["15"], buckets["30"], buckets["+Inf"]) == (4, 1, 1)
     assert sum(buckets.values()) == 6
     assert list(buckets) == [*map(str, TIME_TO_HEAL_BUCKETS), "+Inf"]
