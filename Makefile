@@ -10,7 +10,7 @@ RUN_HOME ?= $(CURDIR)/.dagster_home
 VENV := .venv
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test format
+.PHONY: install run test test-fast format
 
 $(STAMP): pyproject.toml
 	@echo "installing batch_pipeline into $(VENV) (the first time takes a minute or two)"
@@ -26,7 +26,7 @@ install: $(STAMP)
 # `exec`: a SIGTERM that make passes on reaches the command itself, which stops all of it.
 run: $(STAMP)
 	mkdir -p $(RUN_HOME) && ln -sf $(CURDIR)/dagster.yaml $(RUN_HOME)/dagster.yaml
-	DAGSTER_HOME=$(RUN_HOME) METRICS_PORT=$(METRICS_PORT) exec $(VENV)/bin/python -m batch_pipeline.sandbox ui -- --host 127.0.0.1 --port $(PORT)
+	DAGSTER_HOME=$(RUN_HOME) METRICS_PORT=$(METRICS_PORT) exec $(VENV)/bin/python -m san_sandbox ui -- --host 127.0.0.1 --port $(PORT)
 
 # --dist loadfile: a test module runs on one worker, in order (the UI test walks through steps).
 test: $(STAMP)
@@ -34,6 +34,14 @@ test: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	scripts/install-chromium
 	$(VENV)/bin/python -m pytest -n 2 --dist loadfile batch_pipeline_tests
+
+# The quick tier while changing code: everything but the `system` tests (Docker, the browser,
+# the daemon, the experiments). `make test` is the whole suite, and what CI runs. --dist load:
+# test by test across the workers (the system tests are the ones that need a file's order).
+test-fast: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/python -m pytest -n 2 --dist load -m "not system" batch_pipeline_tests
 
 # Fix what the linter can and format the tree (what `make test` checks first).
 format: $(STAMP)

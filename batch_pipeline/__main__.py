@@ -53,6 +53,19 @@ APP_GUARANTEE_NOTE = """
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "metrics":
+        return metrics_command(args)
+    if args.command == "explain":
+        return explain_command(args.database_url, args.kind, args.id, args.json)
+    if args.command == "redrive":
+        return redrive_command(args.database_url, redrive_options(args), args.apply, args.json)
+    if args.command == "doctor":
+        return run_doctor(args.database_url)
+    return schema_command(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m batch_pipeline",
         description=__doc__,
@@ -81,9 +94,22 @@ def main(argv: list[str] | None = None) -> int:
     story.add_argument("kind", choices=KINDS, help="what the id is")
     story.add_argument("id", type=positive_id, help="its id in SAN's database")
     story.add_argument("--json", action="store_true", help="JSON, for machines")
-    again = commands.add_parser(
-        "redrive", parents=[database], help="another job for exhausted targets"
+    add_redrive_arguments(
+        commands.add_parser("redrive", parents=[database], help="another job for exhausted targets")
     )
+    metrics = commands.add_parser("metrics", parents=[database], help="serve Prometheus metrics")
+    metrics.add_argument("--port", type=port_number, default=DEFAULT_PORT, help="default 9464")
+    metrics.add_argument("--host", default=DEFAULT_HOST, help="default 127.0.0.1 (this host only)")
+    metrics.add_argument(
+        "--cache-seconds",
+        type=float,
+        default=CACHE_SECONDS,
+        help=f"serve readings this old before reading again (default {CACHE_SECONDS:g})",
+    )
+    return parser
+
+
+def add_redrive_arguments(again: argparse.ArgumentParser) -> None:
     again.add_argument("--area", required=True, choices=[r.area for r in TARGET_RECOVERIES])
     again.add_argument(
         "--ids", type=id_list, default=[], help="only these target ids (comma-separated)"
@@ -101,33 +127,22 @@ def main(argv: list[str] | None = None) -> int:
     again.add_argument("--reason", default="", help="why, for the audit trail")
     again.add_argument("--apply", action="store_true", help="enqueue (default: a dry run)")
     again.add_argument("--json", action="store_true", help="the audit entry as JSON")
-    metrics = commands.add_parser("metrics", parents=[database], help="serve Prometheus metrics")
-    metrics.add_argument("--port", type=port_number, default=DEFAULT_PORT, help="default 9464")
-    metrics.add_argument("--host", default=DEFAULT_HOST, help="default 127.0.0.1 (this host only)")
-    metrics.add_argument(
-        "--cache-seconds",
-        type=float,
-        default=CACHE_SECONDS,
-        help=f"serve readings this old before reading again (default {CACHE_SECONDS:g})",
-    )
-    args = parser.parse_args(argv)
-    if args.command == "metrics":
-        return metrics_command(args)
-    if args.command == "explain":
-        return explain_command(args.database_url, args.kind, args.id, args.json)
-    if args.command == "redrive":
-        options = {
-            "area": args.area,
-            "target_ids": args.ids,
-            "failed_since": args.failed_since,
-            "error_message_contains": args.error_contains,
-            "limit": args.limit,
-            "max_attempts": args.max_attempts,
-            "reason": args.reason,
-        }
-        return redrive_command(args.database_url, options, args.apply, args.json)
-    if args.command == "doctor":
-        return run_doctor(args.database_url)
+
+
+def redrive_options(args) -> dict:
+    return {
+        "area": args.area,
+        "target_ids": args.ids,
+        "failed_since": args.failed_since,
+        "error_message_contains": args.error_contains,
+        "limit": args.limit,
+        "max_attempts": args.max_attempts,
+        "reason": args.reason,
+    }
+
+
+def schema_command(args) -> int:
+    """create-schema, create-indexes, show-indexes."""
     try:
         engine = create_san_engine(args.database_url)
         if args.command == "show-indexes":
@@ -137,12 +152,11 @@ def main(argv: list[str] | None = None) -> int:
         check_connection(engine)
         if args.command == "create-indexes":
             return create_indexes(engine)
-        if args.command == "create-schema":
-            created = create_schema(engine, add_missing_tables=args.add_missing_tables)
-            print(
-                f"created {', '.join(created) if created else 'no table'}; schema ready at "
-                f"{redacted(engine.url)}"
-            )
+        created = create_schema(engine, add_missing_tables=args.add_missing_tables)
+        print(
+            f"created {', '.join(created) if created else 'no table'}; schema ready at "
+            f"{redacted(engine.url)}"
+        )
     except (SanConnectionError, SanSchemaError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -125,14 +125,14 @@ def diagnose(database_url: str) -> list[Finding]:
     findings.append(Finding(True, f"connected to {redacted(engine.url)}"))
     try:
         if schema_finding(engine, findings):
-            for check in CONNECTED_CHECKS:
-                findings.extend(guarded(engine, check))
+            for title, check in CONNECTED_CHECKS:
+                findings.extend(guarded(engine, title, check))
     finally:
         engine.dispose()
     return findings
 
 
-def guarded(engine, check: Callable) -> list[Finding]:
+def guarded(engine, title: str, check: Callable) -> list[Finding]:
     """One check in a transaction of its own (a failed statement aborts only its own), its
     failure a finding that names it: doctor reports, it never stops at a traceback."""
     try:
@@ -143,7 +143,7 @@ def guarded(engine, check: Callable) -> list[Finding]:
         return [
             Finding(
                 False,
-                f"{check.__doc__.splitlines()[0].rstrip('.')}: the database answered {reason}",
+                f"{title}: the database answered {reason}",
                 "a table may be locked (a migration?) or the server overloaded: look at pg_locks "
                 "/ pg_stat_activity, then run doctor again",
             )
@@ -152,7 +152,7 @@ def guarded(engine, check: Callable) -> list[Finding]:
         return [
             Finding(
                 False,
-                f"{check.__doc__.splitlines()[0].rstrip('.')}: {type(error).__name__}: {error}",
+                f"{title}: {type(error).__name__}: {error}",
                 "report it with this line: doctor could not complete this check",
             )
         ]
@@ -169,7 +169,7 @@ def schema_finding(engine, findings: list[Finding]) -> bool:
             return [Finding(False, str(error), "point SAN_DATABASE_URL at the SAN database")]
         return [Finding(True, "every table and column batch_pipeline uses is present")]
 
-    found = guarded(engine, schema)
+    found = guarded(engine, "The SAN tables and columns", schema)
     findings.extend(found)
     return all(finding.ok for finding in found)
 
@@ -357,13 +357,14 @@ def privilege_findings(conn) -> list[Finding]:
 
 
 # Each in a transaction of its own, in this order, once the tables are there.
+# Each check after the schema's, with the title a failure of the check itself is reported by.
 CONNECTED_CHECKS = (
-    privilege_findings,
-    session_findings,
-    index_findings,
-    app_guarantee_findings,
-    clock_finding,
-    dispatcher_findings,
+    ("The role's privileges on the SAN tables", privilege_findings),
+    ("The session settings this role starts with", session_findings),
+    ("The recommended indexes", index_findings),
+    ("The app-side guarantee of one active job per target", app_guarantee_findings),
+    ("The clock skew between this server and the database", clock_finding),
+    ("The dispatcher", dispatcher_findings),
 )
 
 

@@ -33,7 +33,7 @@ from batch_pipeline.san.tables import (
     scraps,
     users,
 )
-from batch_pipeline.sandbox.app_schema import APP_DDL
+from san_sandbox.app_schema import APP_DDL
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 

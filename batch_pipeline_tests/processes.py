@@ -1,6 +1,6 @@
 """Helpers for tests that start Dagster processes: a free port, starting them from the project
 root, is the UI up, a storage database of their own, launching through the webserver. (Stopping
-them and waiting for a condition: batch_pipeline.sandbox.processes, shared with the sandbox and
+them and waiting for a condition: san_sandbox.processes, shared with the sandbox and
 the benchmark.)"""
 
 import os
@@ -18,7 +18,7 @@ from dagster import DagsterInstance
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from batch_pipeline.sandbox.processes import start_group, stop_group, wait_for
+from san_sandbox.processes import start_group, stop_group, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -32,7 +32,7 @@ def start(command: list[str], env: dict, log) -> "subprocess.Popen":
 
 def sandbox_ui(port: int, *flags: str) -> list[str]:
     """`make run`'s command: dagster dev on 127.0.0.1:`port` beside the living sandbox."""
-    command = [sys.executable, "-m", "batch_pipeline.sandbox", "ui", *flags, "--"]
+    command = [sys.executable, "-m", "san_sandbox", "ui", *flags, "--"]
     return command + ["-h", "127.0.0.1", "-p", str(port)]
 
 
@@ -149,7 +149,7 @@ def launch_through_webserver(
 def san_database_of_its_own(server_url: str):
     """A PostgreSQL database of its own with the SAN app's DDL in its public schema (a pooler
     passes no search_path option on), dropped afterwards; yields its name."""
-    from batch_pipeline.sandbox.app_schema import APP_DDL
+    from san_sandbox.app_schema import APP_DDL
 
     admin = create_engine(server_url).execution_options(isolation_level="AUTOCOMMIT")
     name = f"bp_san_{uuid.uuid4().hex[:10]}"

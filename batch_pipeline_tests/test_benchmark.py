@@ -12,6 +12,8 @@ from batch_pipeline_tests.conftest import pg_admin_url
 from bench import app_latency, baseline
 from bench.runner import run_benchmark
 
+pytestmark = pytest.mark.system  # runs the benchmark scripts end to end
+
 
 def test_the_baseline_has_one_statement_per_recovery_of_the_registry():
     assert list(baseline.RECOVERY_SQL) == list(AREAS)

@@ -12,8 +12,8 @@ import pytest
 
 from batch_pipeline.__main__ import main
 from batch_pipeline.definitions import defs
-from batch_pipeline.sandbox.faults import Faults
 from batch_pipeline.settings import SETTINGS
+from san_sandbox.faults import Faults
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted(
@@ -71,7 +71,7 @@ def test_every_command_flag_setting_name_and_link_of_the_page_exists(page):
     helps: dict[str, str | None] = {}
     for command, rest in COMMAND.findall(text):
         if command == "sandbox" or command == "settings":
-            continue  # python -m batch_pipeline.sandbox / .settings: their own CLIs
+            continue  # python -m san_sandbox / .settings: their own CLIs
         helps.setdefault(command, help_of(command))
         if helps[command] is None:
             problems.append(f"no command `{command}`")

@@ -194,16 +194,15 @@ def test_odd_session_defaults_are_a_note_not_a_traceback_and_a_read_only_role_is
 def test_a_check_that_cannot_complete_is_a_finding_naming_it(pg_db, monkeypatch):
     from batch_pipeline import doctor as doctor_module
 
-    def broken(conn):
-        """The clock skew between this server and the database."""
+    def broken(conn):  # no docstring: the finding's title is the check's, not its docstring's
         raise RuntimeError("the clock broke")
 
     monkeypatch.setattr(
         doctor_module,
         "CONNECTED_CHECKS",
         tuple(
-            broken if c is doctor_module.clock_finding else c
-            for c in doctor_module.CONNECTED_CHECKS
+            (title, broken if check is doctor_module.clock_finding else check)
+            for title, check in doctor_module.CONNECTED_CHECKS
         ),
     )
     code, report = doctor(pg_db.url, monkeypatch)

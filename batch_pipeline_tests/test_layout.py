@@ -29,12 +29,21 @@ PLAIN_DATA = {
     "san/config.py",
     "san/memory.py",
 }
-# Entry points named `__main__`: their tests are named after the command.
-COMMANDS = {"__main__.py": "test_main.py", "sandbox/__main__.py": "sandbox/test_cli.py"}
+# Entry points named `__main__`: their tests are named after the command (the product's
+# test_main.py; another package's test_cli.py).
+COMMANDS = {"batch_pipeline/__main__.py": "test_main.py"}
+# Each package and where its tests are: the product, and the sandbox beside it.
+TESTED = {"batch_pipeline": "batch_pipeline_tests", "san_sandbox": "batch_pipeline_tests/sandbox"}
 
 
-def test_the_tests_mirror_the_package():
-    package, tests = ROOT / "batch_pipeline", ROOT / "batch_pipeline_tests"
+def test_the_tests_mirror_the_packages():
+    missing = []
+    for name, tests_folder in TESTED.items():
+        missing += untested_modules(ROOT / name, ROOT / tests_folder)
+    assert missing == []
+
+
+def untested_modules(package: Path, tests: Path) -> list[str]:
     missing = []
     for module in sorted(package.rglob("*.py")):
         relative = module.relative_to(package).as_posix()
@@ -42,15 +51,17 @@ def test_the_tests_mirror_the_package():
             continue
         folder = module.parent.relative_to(package)
         expected = tests / folder / f"test_{module.stem}.py"
-        if relative in COMMANDS:
-            expected = tests / COMMANDS[relative]
+        if f"{package.name}/{relative}" in COMMANDS:
+            expected = tests / COMMANDS[f"{package.name}/{relative}"]
+        elif module.name == "__main__.py":  # a command: named after it
+            expected = tests / folder / "test_cli.py"
         elif module.stem == "definitions":
             expected = tests / "test_definitions.py"
         elif module.stem in WIRING and not expected.exists():
             expected = tests / folder / "test_jobs.py"
         if not expected.exists():
-            missing.append(f"{relative}: {expected.relative_to(ROOT)}")
-    assert missing == []
+            missing.append(f"{package.name}/{relative}: {expected.relative_to(ROOT)}")
+    return missing
 
 
 def test_no_test_module_imports_another_test_module():
@@ -78,4 +89,26 @@ def test_the_production_wheel_carries_no_sandbox(tmp_path):
     [wheel] = tmp_path.glob("batch_pipeline-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "batch_pipeline/definitions.py" in names
-    assert [name for name in names if name.startswith("batch_pipeline/sandbox")] == []
+    assert [name for name in names if name.startswith("san_sandbox")] == []
+
+
+# A module says one thing and a function does one step: past these, split by reason.
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def test_no_product_module_or_function_outgrows_one_reason():
+    import ast
+
+    too_long = []
+    for path in sorted((ROOT / "batch_pipeline").rglob("*.py")):
+        source = path.read_text()
+        name = path.relative_to(ROOT).as_posix()
+        if len(source.splitlines()) > MAX_MODULE_LINES:
+            too_long.append(f"{name}: {len(source.splitlines())} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    too_long.append(f"{name}: {node.name}() {lines} lines")
+    assert too_long == []

@@ -11,7 +11,7 @@ from batch_pipeline.settings import DOC, SETTINGS, render
 
 def product_modules():
     for module in pkgutil.walk_packages(batch_pipeline.__path__, "batch_pipeline."):
-        if not module.name.startswith("batch_pipeline.sandbox"):
+        if not module.name.startswith("san_sandbox"):
             yield importlib.import_module(module.name)
 
 

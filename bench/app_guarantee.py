@@ -24,8 +24,8 @@ from batch_pipeline.san.indexes import APP_ONE_ACTIVE_JOB
 from batch_pipeline.san.job_source import EnqueueRequest
 from batch_pipeline.san.schema import app_guarantee_statement
 from batch_pipeline.san.tables import CARD_ANALYSIS
-from batch_pipeline.sandbox.app_schema import init_sandbox
-from batch_pipeline.sandbox.scratch import scratch_database
+from san_sandbox.app_schema import init_sandbox
+from san_sandbox.scratch import scratch_database
 
 SINGLE_ROW_WRITES = 5_000
 RECOVERY_BATCH = 5_000

@@ -76,11 +76,9 @@ RUN_BUDGET_S = 600
 
 def replay_parallel_workers(workers: int) -> None:
     """Start every transaction of this process with `workers` parallel workers per query."""
-    from batch_pipeline.san.dialects import postgresql
+    from batch_pipeline.san.dialects.postgresql import session
 
-    postgresql.BEGIN_SETTINGS += (
-        f", set_config('max_parallel_workers_per_gather', '{workers}', true)"
-    )
+    session.BEGIN_SETTINGS += f", set_config('max_parallel_workers_per_gather', '{workers}', true)"
 
 
 def one_recovery_run(

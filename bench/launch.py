@@ -26,8 +26,8 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from batch_pipeline.definitions import defs
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
-from batch_pipeline.sandbox.demo import seed_demo_state
-from batch_pipeline.sandbox.processes import wait_for
+from san_sandbox.demo import seed_demo_state
+from san_sandbox.processes import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

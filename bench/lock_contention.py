@@ -24,9 +24,9 @@ from sqlalchemy import text
 from batch_pipeline.san.database import create_san_engine, utc_now
 from batch_pipeline.san.dialects import postgresql
 from batch_pipeline.san.schema import create_recommended_indexes
-from batch_pipeline.sandbox.scratch import scratch_database
 from bench.runner import psycopg_conninfo, run_pipeline
 from bench.seed import Scale, seed
+from san_sandbox.scratch import scratch_database
 
 ZONE = "Asia/Seoul"
 

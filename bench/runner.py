@@ -17,13 +17,13 @@ from sqlalchemy.engine import make_url
 from batch_pipeline.definitions import defs
 from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.recovery.checks import UNKNOWN_STATUSES
+from batch_pipeline.recovery.ghost_closing import ghost_source
 from batch_pipeline.recovery.ghost_jobs import (
     GHOST_DETECTION_PREFERS,
     STALE_PENDING_AFTER,
     STALE_PROCESSING_AFTER,
     GhostRule,
     detect_stale_jobs_query,
-    ghost_source,
 )
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
 from batch_pipeline.recovery.plan import MAX_ATTEMPTS
@@ -31,7 +31,8 @@ from batch_pipeline.recovery.registry import RECOVERIES
 from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE, TargetRecovery, detect_query
 from batch_pipeline.san.config import MAX_JOBS_PER_RUN
 from batch_pipeline.san.database import create_san_engine
-from batch_pipeline.san.dialects.postgresql import enqueue_statement, prefer_the_indexes
+from batch_pipeline.san.dialects.postgresql import enqueue_statement
+from batch_pipeline.san.dialects.postgresql.catalog import SEQSCAN_OFF_IF_INDEXES_VALID
 from batch_pipeline.san.dispatch import PG_NOTIFY_CHANNEL
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.schema import create_recommended_indexes
@@ -210,15 +211,16 @@ def plan_shape(conn: psycopg.Connection, sql: str, params: dict) -> str:
 
 
 # The detections that set enable_seqscan themselves (when their indexes exist), as the pipeline
-# does.
+# does (avoid_full_scans): the indexes each one needs valid.
 PLANNER_SETTINGS = {
-    "ghost_jobs detection": prefer_the_indexes(GHOST_DETECTION_PREFERS),
+    "ghost_jobs detection": GHOST_DETECTION_PREFERS,
     **{
-        f"{r.name} detection": prefer_the_indexes(r.full_sweep_prefers)
+        f"{r.name} detection": r.full_sweep_prefers
         for r in TARGET_RECOVERIES
         if r.full_sweep_prefers
     },
 }
+SEQSCAN_OFF = SEQSCAN_OFF_IF_INDEXES_VALID.text.replace(":names", "%(names)s")
 
 
 def detection_queries(now: datetime, day: date):
@@ -383,7 +385,7 @@ def run_benchmark(
             for name, sql, params in detection_queries(now, til_day):
                 with conn.transaction():  # the pipeline's own planner settings for its detections
                     if name in PLANNER_SETTINGS:
-                        conn.execute(PLANNER_SETTINGS[name].text)
+                        conn.execute(SEQSCAN_OFF, {"names": list(PLANNER_SETTINGS[name])})
                     out(f"  {name:34s} {plan_shape(conn, sql, params)}")
             if mode == "idx":
                 for name, sql, params in write_batch_queries(conn, run_url, now):

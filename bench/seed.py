@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from batch_pipeline.sandbox.app_schema import APP_DDL
+from san_sandbox.app_schema import APP_DDL
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,8 @@ GRID = tuple(
 )
 # The claim-latency sample: the newest RECENT_JOBS jobs (a primary-key range), those created in
 # the last CLAIM_SAMPLE_WINDOW; fewer than MIN_CLAIM_SAMPLES claims and the threshold stays.
-# 2,000 rows: ~1 ms at scale 1 (docs/benchmarks.md, "The fast lane's probe"); they cover the
-# window at 200 jobs a minute.
+# 2,000 rows cover the window at 200 jobs a minute; their cost: docs/benchmarks.md, "The fast
+# lane's probe".
 RECENT_JOBS = 2_000
 CLAIM_SAMPLE_WINDOW = timedelta(minutes=10)
 MIN_CLAIM_SAMPLES = 10

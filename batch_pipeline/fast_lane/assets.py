@@ -25,7 +25,7 @@ from batch_pipeline.fast_lane.retries import (
 )
 from batch_pipeline.recovery.ops import audited_across_attempts
 from batch_pipeline.recovery.registry import TARGET_RECOVERIES
-from batch_pipeline.recovery.targets import recover_targets
+from batch_pipeline.recovery.target_writes import recover_targets
 from batch_pipeline.san.database import database_now, read_transaction
 from batch_pipeline.san.durations import in_words
 from batch_pipeline.san.ops import (

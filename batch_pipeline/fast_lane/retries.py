@@ -27,7 +27,8 @@ from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.recovery.cadence import RECOVERY_PERIOD
 from batch_pipeline.recovery.plan import RecoveryPolicy, RecoveryReport, heal_age_metadata
-from batch_pipeline.recovery.targets import TargetRecovery, detect_query, recover_targets
+from batch_pipeline.recovery.target_writes import recover_targets
+from batch_pipeline.recovery.targets import TargetRecovery, detect_query
 from batch_pipeline.san.audit import AUDIT_ID_LIMIT, capped_ids
 from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.dispatch import Dispatcher
@@ -92,7 +93,8 @@ def recent_failures(recovery: TargetRecovery, now: datetime):
 def failed_targets_query(conn: Connection, recovery: TargetRecovery, now: datetime):
     """The detection of the recovery's targets among those with a recent failure. The failed
     ids are read first (a range of ix_san_jobs_failed_updated) and then probed by id: as one
-    semi-join, PostgreSQL read the recovery's whole partial index at scale 10 (200 ms a tick)."""
+    semi-join, PostgreSQL read the recovery's whole partial index (docs/benchmarks.md, "The fast
+    lane's probe")."""
     failed_ids = list(conn.execute(recent_failures(recovery, now).distinct()).scalars())
     return detect_query(
         recovery,

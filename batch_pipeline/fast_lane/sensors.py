@@ -59,9 +59,9 @@ IN_FLIGHT = [
 
 # Without these (valid) indexes every probe reads whole tables every PROBE_INTERVAL: the sensor
 # then runs the lane only while the tables are small enough for that to stay within a tick's
-# budget (SMALL_TABLES_BYTES: jobs, scraps and summaries together; measured by
-# `python -m bench.small_tables`: 1.6 MB of them cost ~6 ms a tick, 3.9 MB ~9 ms, 11 MB ~24 ms),
-# and otherwise skips, naming them, while recovery_job alone heals.
+# budget (SMALL_TABLES_BYTES: jobs, scraps and summaries together; `python -m bench.small_tables`
+# measures a tick by their size, docs/reliability.md), and otherwise skips, naming them, while
+# recovery_job alone heals.
 SMALL_TABLES_BYTES = 2 * 2**20
 PROBED_TABLES = ("jobs", "scraps", "daily_summaries")
 LANE_INDEXES = (
@@ -127,34 +127,16 @@ def fast_heal_sensor(
 ):
     config = FastHealConfig()
     engine = san_database.get_engine()
-    dispatcher = job_dispatcher.for_database(engine)
-    state = LaneState.from_json(context.cursor)
-    events = []
-    lost = last_round(context)
-    if lost is not None and lost["round"] > state.round:  # announced, but the tick's result lost
-        state = LaneState.from_json(lost["state"])
-        events.append(reannouncements_event({**lost["metadata"], "recorded_by_a_later_tick": True}))
+    state, events = recorded_lost_round(context, LaneState.from_json(context.cursor))
+    off = lane_off_because_unindexed(engine, san_database, config)
+    if off:
+        return SensorResult(
+            skip_reason=SkipReason(off), cursor=state.to_json(), asset_events=events
+        )
     try:
-        with read_transaction(engine, config.write_limits) as conn:
-            sql = dialect(conn)
-            missing = sql.missing_valid_indexes(conn, LANE_INDEXES)
-            size = sql.table_bytes(conn, PROBED_TABLES) if missing else 0
-        if missing and size > SMALL_TABLES_BYTES:
-            san_database.open_verified(config.write_limits)  # no SAN tables: that is the problem
-            return SensorResult(
-                skip_reason=SkipReason(
-                    f"{LANE_OFF}: the recommended indexes {', '.join(missing)} are "
-                    f"missing or invalid, and without them every probe would read whole tables "
-                    f"({size / 2**20:.1f} MB, more than the {SMALL_TABLES_BYTES / 2**20:g} MB a "
-                    f"tick can read every {PROBE_SECONDS} s). Run `python -m batch_pipeline "
-                    "create-indexes`; recovery_job heals meanwhile."
-                ),
-                cursor=state.to_json(),
-                asset_events=events,
-            )
         tick = lane_tick(
             engine,
-            dispatcher,
+            job_dispatcher.for_database(engine),
             state,
             config.lane_settings(),
             TARGET_RECOVERIES,
@@ -164,41 +146,70 @@ def fast_heal_sensor(
         # The tick fails (red in the UI) with the cause named: the schema check says which
         # table or column is missing; otherwise the database's own first line.
         san_database.open_verified(config.write_limits)
-        first_line = first_line_of(error)
         raise RuntimeError(
-            f"{SENSOR_NAME} cannot probe the SAN database at {redacted(engine.url)}: {first_line}"
+            f"{SENSOR_NAME} cannot probe the SAN database at {redacted(engine.url)}: "
+            f"{first_line_of(error)}"
         ) from error
     if tick.announcements.detected:
         metadata = round_metadata(tick)
         remember_round(context, tick, metadata)
         events.append(reannouncements_event(metadata))
-    run_requests, skip_reason = [], None
-    if tick.retries_due:
-        in_flight = context.instance.get_runs(
-            RunsFilter(job_name=fast_heal_job.name, statuses=IN_FLIGHT), limit=1
-        )
-        if in_flight:
-            skip_reason = (
-                f"{tick.summary()}; fast_heal_job run {in_flight[0].run_id} is still healing: the "
-                "next tick asks again"
-            )
-        else:
-            run_requests.append(
-                RunRequest(
-                    run_key=f"fast_heal:{tick.now.isoformat()}",
-                    tags={
-                        FOUND_TAG: str(tick.retries_due),
-                        "batch_pipeline/fast_lane": tick.summary()[:200],
-                    },
-                )
-            )
-    elif not tick.announcements.detected:
-        skip_reason = f"nothing to heal ({tick.summary()})"
-    else:
-        skip_reason = tick.summary()
+    run_requests, skip_reason = requested_runs(context, tick)
     return SensorResult(
         run_requests=run_requests,
         skip_reason=SkipReason(skip_reason) if skip_reason and not run_requests else None,
         cursor=tick.state.to_json(),
         asset_events=events,
     )
+
+
+def recorded_lost_round(
+    context: SensorEvaluationContext, state: LaneState
+) -> tuple[LaneState, list[AssetMaterialization]]:
+    """The cursor's state, or the newer round an earlier tick announced but whose result was lost
+    (with its audit, recorded now)."""
+    lost = last_round(context)
+    if lost is None or lost["round"] <= state.round:
+        return state, []
+    audit = reannouncements_event({**lost["metadata"], "recorded_by_a_later_tick": True})
+    return LaneState.from_json(lost["state"]), [audit]
+
+
+def lane_off_because_unindexed(engine, san_database: SanDatabase, config) -> str | None:
+    """Why the lane is off this tick (its indexes missing on tables too big to probe without
+    them), or None."""
+    with read_transaction(engine, config.write_limits) as conn:
+        db_dialect = dialect(conn)
+        missing = db_dialect.missing_valid_indexes(conn, LANE_INDEXES)
+        size = db_dialect.table_bytes(conn, PROBED_TABLES) if missing else 0
+    if not missing or size <= SMALL_TABLES_BYTES:
+        return None
+    san_database.open_verified(config.write_limits)  # no SAN tables: that is the problem
+    return (
+        f"{LANE_OFF}: the recommended indexes {', '.join(missing)} are "
+        f"missing or invalid, and without them every probe would read whole tables "
+        f"({size / 2**20:.1f} MB, more than the {SMALL_TABLES_BYTES / 2**20:g} MB a "
+        f"tick can read every {PROBE_SECONDS} s). Run `python -m batch_pipeline "
+        "create-indexes`; recovery_job heals meanwhile."
+    )
+
+
+def requested_runs(context: SensorEvaluationContext, tick: Tick) -> tuple[list, str | None]:
+    """A fast_heal_job run when the probe found targets and none is in flight; else why not."""
+    if not tick.retries_due:
+        if not tick.announcements.detected:
+            return [], f"nothing to heal ({tick.summary()})"
+        return [], tick.summary()
+    in_flight = context.instance.get_runs(
+        RunsFilter(job_name=fast_heal_job.name, statuses=IN_FLIGHT), limit=1
+    )
+    if in_flight:
+        return [], (
+            f"{tick.summary()}; fast_heal_job run {in_flight[0].run_id} is still healing: the "
+            "next tick asks again"
+        )
+    request = RunRequest(
+        run_key=f"fast_heal:{tick.now.isoformat()}",
+        tags={FOUND_TAG: str(tick.retries_due), "batch_pipeline/fast_lane": tick.summary()[:200]},
+    )
+    return [request], None

@@ -27,6 +27,8 @@ from batch_pipeline.fast_lane.health import FAILING, OFF, STOPPED
 from batch_pipeline.monitoring.dagster_readings import DagsterReadings, read_dagster
 from batch_pipeline.monitoring.san_readings import SCRAPE_LIMITS, SanReadings, read_san
 from batch_pipeline.recovery.cadence import period_of, recovery_cron
+from batch_pipeline.recovery.ghost_jobs import STALE_PENDING_AFTER, STALE_PROCESSING_AFTER
+from batch_pipeline.recovery.plan import minutes
 from batch_pipeline.recovery.registry import AREAS
 from batch_pipeline.san.database import read_transaction
 from batch_pipeline.san.errors import first_line
@@ -158,7 +160,8 @@ def san_metrics(san: SanReadings) -> Iterator[Metric]:
     )
     yield labelled(
         "san_jobs_stale",
-        "Ghost jobs now: PENDING > 30 min or PROCESSING > 1 h (the ghost-job recovery's rule)",
+        f"Ghost jobs now: PENDING > {minutes(STALE_PENDING_AFTER)} min or PROCESSING > "
+        f"{minutes(STALE_PROCESSING_AFTER)} min (the ghost-job recovery's rule)",
         kind,
         [(k, a.stale) for k, a in by_kind],
     )
@@ -182,6 +185,13 @@ def san_metrics(san: SanReadings) -> Iterator[Metric]:
 
 
 def dagster_metrics(dagster: DagsterReadings) -> Iterator[Metric]:
+    yield from heal_metrics(dagster)
+    yield from liveness_metrics(dagster)
+    yield from lane_metrics(dagster)
+
+
+def heal_metrics(dagster: DagsterReadings) -> Iterator[Metric]:
+    """What was healed (the audit's totals), how long it had waited, what is exhausted."""
     totals = dagster.heal_totals
     healed_by_area = {**dict.fromkeys(AREAS, 0), **totals.healed}
     healed = CounterMetricFamily(
@@ -210,6 +220,10 @@ def dagster_metrics(dagster: DagsterReadings) -> Iterator[Metric]:
         ["area"],
         [((area,), count) for area, count in sorted(dagster.exhausted.items())],
     )
+
+
+def liveness_metrics(dagster: DagsterReadings) -> Iterator[Metric]:
+    """Is the healer alive: each job's last success, each sensor's ticks, the daemon's beats."""
     yield labelled(
         "batch_pipeline_last_success_timestamp_seconds",
         "When the Dagster job's latest successful run ended",
@@ -235,6 +249,10 @@ def dagster_metrics(dagster: DagsterReadings) -> Iterator[Metric]:
         ["daemon"],
         [((daemon,), at) for daemon, at in sorted(dagster.heartbeats.items())],
     )
+
+
+def lane_metrics(dagster: DagsterReadings) -> Iterator[Metric]:
+    """The fast lane: failing or off, its threshold, the workers' claim latency; the TIL."""
     state = dagster.lane_health.state if dagster.lane_health else None
     yield gauge(
         "batch_pipeline_fast_lane_failing",

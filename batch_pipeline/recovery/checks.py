@@ -143,7 +143,7 @@ def ghost_backlog(conn: Connection, rule: ghost_jobs.GhostRule) -> AssetCheckRes
     oldest stale jobs (in the index's created_at order: ordering by id would walk the primary key
     over every job looking for them)."""
     limit = backlog_rule(rule)
-    dialect(conn).prefer_index_plans(conn, ghost_jobs.GHOST_DETECTION_PREFERS)  # transaction-local
+    dialect(conn).avoid_full_scans(conn, ghost_jobs.GHOST_DETECTION_PREFERS)  # transaction-local
     count = conn.execute(
         select(func.count()).select_from(jobs).where(ghost_jobs.is_stale(limit))
     ).scalar_one()

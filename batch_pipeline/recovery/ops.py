@@ -23,6 +23,7 @@ from batch_pipeline.recovery import checks, dead_runs, ghost_jobs
 from batch_pipeline.recovery.config import RecoveryConfig
 from batch_pipeline.recovery.plan import (
     COMMITTED_BY_FAILED_ATTEMPT,
+    Recovery,
     RecoveryReport,
     partial_report,
     with_write_instant,
@@ -158,10 +159,13 @@ def record_dead_runs(context: OpExecutionContext, recovery, engine, settings) ->
         context.log.exception(f"{recovery.area}: could not record the audit of a dead run")
 
 
-def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
+def recovery_ops(recovery: Recovery) -> tuple[OpDefinition, OpDefinition]:
     """The detect and re-enqueue ops of one recovery: `detect_<name>` -> `recover_<name>`."""
     frame_type = recovery.frame.dagster_type()
+    return detect_op(recovery, frame_type), recover_op(recovery, frame_type)
 
+
+def detect_op(recovery: Recovery, frame_type) -> OpDefinition:
     @op(
         name=f"detect_{recovery.name}",
         # Nothing-typed: orders this detection after the previous recovery's writes.
@@ -179,6 +183,10 @@ def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
             now = database_now(conn)
             return with_write_instant(recovery.detect(conn, settings, now), now)
 
+    return detect
+
+
+def recover_op(recovery: Recovery, frame_type) -> OpDefinition:
     @op(
         name=f"recover_{recovery.name}",
         ins={"candidates": In(frame_type)},
@@ -229,7 +237,7 @@ def recovery_ops(recovery) -> tuple[OpDefinition, OpDefinition]:
         yield from audit_trail(context, recovery, report)
         yield Output(None, "done")
 
-    return detect, recover
+    return recover
 
 
 RECOVERY_OPS = {recovery.area: recovery_ops(recovery) for recovery in RECOVERIES}

@@ -4,7 +4,7 @@ per-run cap, the report, and the one skeleton that writes and audits (`write_rec
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import pandas as pd
 from sqlalchemy.engine import Connection, Engine
@@ -17,6 +17,7 @@ from batch_pipeline.san.enqueue import (
     committed_before,
     run_in_batches,
 )
+from batch_pipeline.san.frames import FrameSchema
 from batch_pipeline.san.limits import BATCH_SIZE, WriteLimits
 
 # A (job_type, target_id) with this many jobs gets no new one: a poison target (a scrap the AI
@@ -80,6 +81,48 @@ class RecoverySettings(Protocol):
     scrap_lookback: timedelta | None
     scrap_lookback_hours: int
     policy: RecoveryPolicy
+
+
+@runtime_checkable
+class Recovery(Protocol):
+    """What recovery_job's ops, assets and checks know of a recovery: both shapes satisfy it (the
+    ghost jobs' GhostJobRecovery, and TargetRecovery for every "target needs work" rule)."""
+
+    area: str  # its asset, and its metadata's area
+    name: str  # its ops' suffix: detect_<name>, recover_<name>
+    id_key: str
+    frame: FrameSchema
+    extension: bool  # an extension of the design, not one of its services
+
+    @property
+    def rule_text(self) -> str: ...
+
+    @property
+    def detect_description(self) -> str: ...
+
+    @property
+    def recover_description(self) -> str: ...
+
+    @property
+    def asset_description(self) -> str: ...
+
+    def detect(self, conn: Connection, settings: RecoverySettings, now: datetime) -> pd.DataFrame:
+        """Its candidates now, by its rule, with their attempts."""
+
+    def recover(
+        self,
+        engine: Engine,
+        dispatcher: Dispatcher,
+        candidates: pd.DataFrame,
+        settings: RecoverySettings,
+        now: datetime,
+    ) -> "RecoveryReport":
+        """Write what the candidates need, in bounded batches; its report."""
+
+    def report_of_writes_at(
+        self, engine: Engine, instant: datetime, limits: WriteLimits
+    ) -> "RecoveryReport":
+        """What it wrote at a run's write instant, read back from SAN's rows."""
 
 
 @dataclass(frozen=True)

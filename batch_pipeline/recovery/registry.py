@@ -9,11 +9,12 @@ line here, its test file, a README row.
 
 from batch_pipeline.recovery.ghost_jobs import GHOST_JOB_RECOVERY
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
+from batch_pipeline.recovery.plan import Recovery
 from batch_pipeline.recovery.targets import TargetRecovery
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
 from batch_pipeline.recovery.unwritten_tils import UNWRITTEN_TILS
 
-RECOVERIES = (
+RECOVERIES: tuple[Recovery, ...] = (
     GHOST_JOB_RECOVERY,
     # Orphan detection starts only after ghosts are re-enqueued: a scrap whose stuck job was
     # just replaced has an active job again and is left to it. Likewise for the others.

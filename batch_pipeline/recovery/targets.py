@@ -10,7 +10,6 @@ apart even where the mechanics are the same.
 
 import logging
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -20,26 +19,17 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from batch_pipeline.recovery.plan import (
-    RecoveryPolicy,
     RecoveryReport,
     RecoverySettings,
-    Writes,
-    attempted,
-    heal_ages,
     minutes,
-    plan_recovery,
-    planned_report,
-    recognises_its_writes,
-    write_recovery,
 )
-from batch_pipeline.san.database import read_transaction
-from batch_pipeline.san.dialects import dialect, named_rows
-from batch_pipeline.san.dispatch import Dispatcher, NewJob
-from batch_pipeline.san.enqueue import BatchWritten, enqueue
-from batch_pipeline.san.frames import FRAME_MIN, INT, UTC_DATETIME, FrameSchema, frame_instant
+from batch_pipeline.recovery.target_writes import recover_targets, report_of_writes_at
+from batch_pipeline.san.dialects import dialect
+from batch_pipeline.san.dispatch import Dispatcher
+from batch_pipeline.san.frames import INT, UTC_DATETIME, FrameSchema, frame_instant
 from batch_pipeline.san.job_source import Eligibility, EnqueueRequest, JobSource
 from batch_pipeline.san.limits import WriteLimits
-from batch_pipeline.san.tables import FAILED, holds_its_target, jobs
+from batch_pipeline.san.tables import holds_its_target, jobs
 
 LOG = logging.getLogger(__name__)
 
@@ -70,7 +60,7 @@ class TargetRecovery:
     needs_work_per_row: ColumnElement | None = None
     # Indexes whose presence makes the full sweep's index plan the better one, although the
     # planner prices it about even with sequential scans (see
-    # dialects.postgresql.prefer_the_indexes).
+    # dialects.postgresql.catalog.avoid_full_scans).
     full_sweep_prefers: tuple[str, ...] = ()
     extension: bool = False  # this project's addition to the design, not one of its services
     frame: FrameSchema = field(init=False)
@@ -250,207 +240,6 @@ def detect_targets(
     anti-join over the whole table: see docs/benchmarks.md for its cost at scale."""
     since = now - lookback if lookback else None
     if since is None:
-        dialect(conn).prefer_index_plans(conn, recovery.full_sweep_prefers)  # transaction-local
+        dialect(conn).avoid_full_scans(conn, recovery.full_sweep_prefers)  # transaction-local
     query = detect_query(recovery, created_before=now - min_age, created_since=since)
     return recovery.frame.from_rows(conn.execute(query))
-
-
-def last_failures(
-    engine: Engine,
-    recovery: TargetRecovery,
-    targets: pd.DataFrame,
-    limits: WriteLimits = WriteLimits(),
-) -> pd.Series:
-    """When each of `targets` (rows of this recovery's frame) that has had attempts last failed,
-    indexed by target id: the audit's heal ages run from there. One lookup over FAILED jobs: the
-    partial ix_san_jobs_failed_updated holds every column it needs, where ix_san_jobs_target
-    would fetch each of the targets' jobs from the heap for its updated_at (docs/benchmarks.md,
-    "Figures behind the code"). It reads only FAILED jobs, which an area's own write batches
-    never create (they insert PENDING jobs): recover_targets runs it beside them."""
-    with_attempts = targets.loc[targets["attempts"] > 0, recovery.id_key].tolist()
-    if not with_attempts:
-        return NO_FAILURES
-    with read_transaction(engine, limits) as conn:
-        rows = named_rows(
-            conn.execute(
-                select(jobs.c.target_id, func.max(jobs.c.updated_at).label("failed_at"))
-                .where(
-                    jobs.c.status == FAILED,
-                    jobs.c.job_type == recovery.job_type,
-                    dialect(conn).id_in(jobs.c.target_id, with_attempts),
-                )
-                .group_by(jobs.c.target_id)
-            ),
-            ("target_id", "failed_at"),
-        )
-    if not rows:
-        return NO_FAILURES
-    target_ids, ended = zip(*rows, strict=True)
-    return pd.Series(pd.to_datetime(list(ended), utc=True, errors="coerce"), index=list(target_ids))
-
-
-NO_FAILURES = pd.Series([], dtype=UTC_DATETIME)
-
-
-def enqueued_at_query(
-    conn: Connection,
-    recovery: TargetRecovery,
-    instant: datetime,
-    target_ids: Sequence[int] | None = None,
-):
-    """The jobs of `recovery.job_type` this recovery created at `instant` (a run's write
-    instant: only that run stamps it), for `target_ids` through ix_san_jobs_target, or all of
-    them (a read of the jobs table: once per dead run, see recovery/dead_runs.py)."""
-    return (
-        select(jobs.c.target_id, jobs.c.id)
-        .where(
-            jobs.c.job_type == recovery.job_type,
-            *(
-                [dialect(conn).id_in(jobs.c.target_id, target_ids)]
-                if target_ids is not None
-                else []
-            ),
-            jobs.c.created_at == instant,
-            jobs.c.retry_of_job_id.is_(None),
-        )
-        .order_by(jobs.c.id)
-    )
-
-
-def enqueued_at(
-    engine: Engine,
-    recovery: TargetRecovery,
-    instant: datetime,
-    limits: WriteLimits,
-    target_ids: Sequence[int] | None = None,
-) -> dict[int, int]:
-    """`enqueued_at_query`'s rows: target id -> the job created for it."""
-    with read_transaction(engine, limits) as conn:
-        rows = named_rows(
-            conn.execute(enqueued_at_query(conn, recovery, instant, target_ids)),
-            ("target_id", "id"),
-        )
-    return dict(rows)
-
-
-def waited_since(healed: pd.DataFrame, key: str, last_failure: pd.Series) -> pd.Series:
-    """Each healed target's last failure, else its `waiting_since` (saved at)."""
-    return (
-        healed[key]
-        .map(last_failure)
-        .fillna(healed["waiting_since"])
-        .clip(lower=pd.Timestamp(FRAME_MIN))
-    )
-
-
-def audit_lookup(lookup: Future, area: str) -> pd.Series:
-    """The lookup's result; if it failed, no last failures (the ages run from the saves): the
-    writes have committed, and a figure of the audit is no reason to fail, and retry, them."""
-    try:
-        return lookup.result()
-    except Exception:
-        LOG.warning(
-            "%s: could not read the healed targets' last failures; heal ages run from their saves",
-            area,
-            exc_info=True,
-        )
-        return NO_FAILURES
-
-
-def recovered_entries(key: str, created: Sequence[NewJob]) -> list[dict]:
-    """The audit's `recovered` list: each target with the job it got."""
-    return [{key: job.target_id, "new_job_id": job.job_id} for job in created]
-
-
-def report_of_writes_at(
-    recovery: TargetRecovery, engine: Engine, instant: datetime, limits: WriteLimits
-) -> RecoveryReport:
-    """What `recovery` wrote at `instant` (a run's write instant), read back from SAN's rows
-    alone: the audit of a run that died before it could record its own."""
-    created = [
-        NewJob(job, recovery.job_type, target)
-        for target, job in enqueued_at(engine, recovery, instant, limits).items()
-    ]
-    report = RecoveryReport(area=recovery.area, dry_run=False, thresholds={})
-    report.recovered = recovered_entries(recovery.id_key, created)
-    report.changed_ids = [job.target_id for job in created]
-    report.detected = report.enqueued = report.changed = len(created)
-    return report
-
-
-def recover_targets(
-    engine: Engine,
-    dispatcher: Dispatcher,
-    recovery: TargetRecovery,
-    candidates: pd.DataFrame,
-    *,
-    now: datetime,
-    thresholds: dict,
-    policy: RecoveryPolicy = RecoveryPolicy(),
-) -> RecoveryReport:
-    """Enqueue `recovery.job_type` for the detected targets, oldest first, in bounded batches."""
-    key = recovery.id_key
-    plan = plan_recovery(candidates, oldest_first_by=[recovery.grace_column, key], policy=policy)
-    report = planned_report(recovery.area, candidates, plan, key, thresholds, policy)
-    if policy.dry_run:
-        return report
-    to_enqueue = plan.to_enqueue[key].tolist()
-
-    def write_batch(conn: Connection, ids: Sequence[int]) -> BatchWritten:
-        outcome = enqueue(
-            conn,
-            recovery.job_source(ids),
-            now=now,
-            max_attempts=policy.max_attempts,
-            notify_channel=dispatcher.statement_channel,
-        )
-        return outcome.as_batch(outcome)
-
-    def complete(
-        results, batches, last_failure: pd.Series = NO_FAILURES, recognise_earlier: bool = False
-    ) -> RecoveryReport:
-        created = [job for outcome in results for job in outcome.created]
-        # Reached the cap between detection and write (another run enqueued and it failed since).
-        late_exhausted = [target for outcome in results for _job_type, target in outcome.exhausted]
-        report.exhausted += len(late_exhausted)
-        report.exhausted_ids += late_exhausted
-        settled = {*(job.target_id for job in created), *late_exhausted}
-        changed = [
-            target
-            for target in to_enqueue[: attempted(to_enqueue, batches, policy)]
-            if target not in settled
-        ]
-        # Changed, or given its job by an earlier attempt of this run: its rows say which.
-        earlier = (
-            enqueued_at(engine, recovery, now, policy.limits, changed)
-            if recognise_earlier and changed and recognises_its_writes(candidates, now)
-            else {}
-        )
-        created += [NewJob(job, recovery.job_type, target) for target, job in earlier.items()]
-        report.written_earlier = len(earlier)
-        report.enqueued = report.changed = len(created)
-        report.changed_ids = [job.target_id for job in created]
-        report.skipped_by_race_ids = [target for target in changed if target not in earlier]
-        report.skipped_by_race = len(report.skipped_by_race_ids)
-        report.recovered = recovered_entries(key, created)
-        healed = candidates[candidates[key].isin([job.target_id for job in created])]
-        report.heal_ages_seconds = heal_ages(waited_since(healed, key, last_failure), now)
-        report.batches = batches.batches
-        report.announce_failures = batches.announce_failures
-        return report
-
-    # The heal ages' lookup on a second connection while the batches write (see last_failures).
-    with ThreadPoolExecutor(
-        max_workers=1, thread_name_prefix=f"{recovery.name}_heal_ages"
-    ) as lookup:
-        failures = lookup.submit(last_failures, engine, recovery, plan.to_enqueue, policy.limits)
-        writes = Writes(
-            to_enqueue,
-            write_batch,
-            complete=lambda results, batches: complete(
-                results, batches, audit_lookup(failures, recovery.area), recognise_earlier=True
-            ),
-            # a batch failed: the database may be gone, the ages run from the saves
-            complete_partial=complete,
-        )
-        return write_recovery(engine, dispatcher, writes, policy)

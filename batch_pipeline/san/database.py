@@ -93,13 +93,13 @@ def parse_database_url(url: str) -> URL:
             f"SAN_DATABASE_URL is not a valid SQLAlchemy URL ({error}); expected e.g. "
             "postgresql+psycopg://user:password@host:5432/san or sqlite:///path/to/san.sqlite"
         ) from error
-    sql = BY_URL_BACKEND.get(parsed.get_backend_name())
-    if sql is None:
+    db_dialect = BY_URL_BACKEND.get(parsed.get_backend_name())
+    if db_dialect is None:
         raise SanConnectionError(
             f"SAN_DATABASE_URL {redacted(parsed)} names the '{parsed.get_backend_name()}' "
             "database; batch_pipeline supports PostgreSQL (postgresql+psycopg://…) and SQLite (sqlite:///…)"
         )
-    return sql.normalise_url(parsed)
+    return db_dialect.normalise_url(parsed)
 
 
 def create_san_engine(url: str) -> Engine:
@@ -139,8 +139,8 @@ def read_transaction(engine: Engine, limits: WriteLimits = WriteLimits()) -> Ite
 def write_transaction(engine: Engine, limits: WriteLimits = WriteLimits()) -> Iterator[Connection]:
     """One batch: a transaction that commits everything or nothing."""
     with engine.begin() as conn:
-        sql = dialect(conn)
-        sql.transaction_settings(conn, limits)
+        db_dialect = dialect(conn)
+        db_dialect.transaction_settings(conn, limits)
         # serialises batch_pipeline's writers, never SAN's workers
-        sql.take_write_lock(conn, limits)
+        db_dialect.take_write_lock(conn, limits)
         yield conn

@@ -10,9 +10,8 @@ LOCK_TIMEOUT_MS = 5_000
 STATEMENT_TIMEOUT_MS = 120_000
 # After each write batch, a pause of this many times the batch's own duration before the next,
 # for a database whose app feels our writes (its commits flush the WAL our batches wrote). Off
-# by default: at scale 1 on a 2-core database, 500-row batches with a pause of 1 lowered the
-# app's p99 during a run from 23 to 17-18.5 ms and a larger pause no further, while the run
-# took twice as long (docs/benchmarks.md, "The app's latency while batch_pipeline heals").
+# by default: it lowered the app's p99 during a run a little and doubled the run's time
+# (docs/benchmarks.md, "The app's latency while batch_pipeline heals").
 BATCH_PAUSE_RATIO = 0.0
 
 

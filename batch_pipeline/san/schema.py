@@ -28,7 +28,7 @@ class SanSchemaError(RuntimeError):
 def verify_schema(conn: Connection) -> None:
     """Check that every table and column batch_pipeline uses exists with a type it can read;
     raise naming what is missing."""
-    sql = dialect(conn)
+    db_dialect = dialect(conn)
     try:
         inspector = inspect(conn)
         existing_tables = set(inspector.get_table_names())
@@ -41,7 +41,9 @@ def verify_schema(conn: Connection) -> None:
             for column in table.columns:
                 if column.name not in present:
                     problems.append(f"column '{table.name}.{column.name}' is missing")
-                elif problem := sql.column_type_problem(column, present[column.name]["type"]):
+                elif problem := db_dialect.column_type_problem(
+                    column, present[column.name]["type"]
+                ):
                     problems.append(f"column '{table.name}.{column.name}' {problem}")
     except SQLAlchemyError as error:
         raise SanSchemaError(f"could not inspect the SAN database schema: {error}") from error
@@ -51,7 +53,7 @@ def verify_schema(conn: Connection) -> None:
             + "; ".join(problems)
             + ". batch_pipeline never alters app-owned tables: point SAN_DATABASE_URL at the SAN "
             "database (for the embedded demo database, `make run` or "
-            "`python -m batch_pipeline.sandbox seed-demo` creates it)."
+            "`python -m san_sandbox seed-demo` creates it)."
         )
 
 
@@ -80,9 +82,9 @@ def create_schema(engine: Engine, add_missing_tables: bool = False) -> list[str]
 def index_statements(dialect_name: str) -> list[str]:
     """What `create-indexes` runs on a database without any: the recommended indexes, then the
     drop of the superseded ones (their replacements exist by then)."""
-    sql = DIALECTS[dialect_name]
-    return [sql.create_index_statement(index) for index in RECOMMENDED_INDEXES] + [
-        sql.drop_index_statement(name) for name in SUPERSEDED_INDEXES
+    db_dialect = DIALECTS[dialect_name]
+    return [db_dialect.create_index_statement(index) for index in RECOMMENDED_INDEXES] + [
+        db_dialect.drop_index_statement(name) for name in SUPERSEDED_INDEXES
     ]
 
 
@@ -132,11 +134,11 @@ class IndexAdvice:
 def index_advice(conn: Connection) -> IndexAdvice:
     """Which recommended indexes the database lacks and which superseded ones it still has (by
     name): one catalog inspection for both questions, one more for validity."""
-    sql = dialect(conn)
+    db_dialect = dialect(conn)
     inspector = inspect(conn)
     tables = {index.table for index in RECOMMENDED_INDEXES}
     present = {ix["name"] for table in tables for ix in inspector.get_indexes(table)}
-    invalid = sql.invalid_indexes(
+    invalid = db_dialect.invalid_indexes(
         conn, [index.name for index in RECOMMENDED_INDEXES if index.name in present]
     )
     missing = [
@@ -146,10 +148,10 @@ def index_advice(conn: Connection) -> IndexAdvice:
     return IndexAdvice(
         missing=missing,
         invalid=invalid,
-        create_with=[sql.drop_index_statement(name) for name in invalid]
-        + [sql.create_index_statement(index) for index in missing],
+        create_with=[db_dialect.drop_index_statement(name) for name in invalid]
+        + [db_dialect.create_index_statement(index) for index in missing],
         superseded=superseded,
-        drop_with=[sql.drop_index_statement(name) for name in superseded],
+        drop_with=[db_dialect.drop_index_statement(name) for name in superseded],
     )
 
 

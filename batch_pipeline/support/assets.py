@@ -2,6 +2,8 @@
 listing what it would redrive; a real one a materialization listing every target and its new
 job, who asked and why."""
 
+from contextlib import contextmanager
+
 from dagster import (
     AssetExecutionContext,
     AssetObservation,
@@ -54,6 +56,22 @@ def matching_targets(engine, config: RedriveConfig):
         )
 
 
+@contextmanager
+def committed_work_recorded(context: AssetExecutionContext):
+    """A redrive that fails after some batches committed records them (an observation) before
+    the error goes on."""
+    try:
+        yield
+    except Exception as error:
+        committed = partial_report(error)
+        if committed is not None and committed.redriven:
+            metadata = {COMMITTED_BY_FAILED_ATTEMPT: 0, **committed.metadata()}
+            context.log_event(
+                AssetObservation(asset_key=REDRIVE_ASSET, metadata=as_metadata(metadata))
+            )
+        raise
+
+
 @asset(
     name=REDRIVE_ASSET,
     group_name="san_support",
@@ -89,7 +107,7 @@ def redrive_asset(
             asked_by=asked_by(dict(context.run.tags), context.run.run_id),
             reason=config.reason,
         )
-        try:
+        with committed_work_recorded(context):
             report = redrive(
                 engine,
                 dispatcher,
@@ -100,18 +118,6 @@ def redrive_asset(
                 batch_size=config.batch_size,
                 limits=config.write_limits,
             )
-        except Exception as error:
-            committed = partial_report(error)
-            if committed is not None and committed.redriven:
-                context.log_event(
-                    AssetObservation(
-                        asset_key=REDRIVE_ASSET,
-                        metadata=as_metadata(
-                            {COMMITTED_BY_FAILED_ATTEMPT: 0, **committed.metadata()}
-                        ),
-                    )
-                )
-            raise
     verb = "would redrive" if report.dry_run else "redrove"
     context.log.info(
         f"{recovery.area}: {report.matched} exhausted targets match {report.filter}; {verb} "

@@ -101,12 +101,25 @@ def redrive_command(database_url: str, options: dict, apply: bool, as_machine: b
             error(f"a redrive is recorded in the Dagster instance, and there is none: {problem}")
             return NO_INSTANCE
         instance = DagsterInstance.ephemeral()  # a dry run leaves nothing to keep
+    result = run_redrive_job(database_url, config, instance)
+    if not result.success:
+        error(f"redrive run {result.run_id} failed: {first_failure(result)}")
+        return 1
+    metadata = audited_metadata(result)
+    if as_machine:
+        print(json.dumps({**metadata, "run_id": result.run_id}, indent=2, default=str))
+    else:
+        print_redrive(metadata, apply, result.run_id)
+    return 0
+
+
+def run_redrive_job(database_url: str, config: dict, instance: DagsterInstance):
     definitions = Definitions(
         assets=[redrive_asset],
         jobs=[redrive_job],
         resources={**san_resources(), "san_database": SanDatabase(url=database_url)},
     )
-    result = definitions.resolve_job_def(redrive_job.name).execute_in_process(
+    return definitions.resolve_job_def(redrive_job.name).execute_in_process(
         # the run's own log is in the instance (the UI); the shell gets the summary below
         run_config={
             "ops": {REDRIVE_ASSET: {"config": config}},
@@ -116,25 +129,27 @@ def redrive_command(database_url: str, options: dict, apply: bool, as_machine: b
         tags={ASKED_BY_TAG: f"cli {getpass.getuser()}@{socket.gethostname()}"},
         raise_on_error=False,
     )
-    if not result.success:
-        failures = result.get_step_failure_events()
-        message = (
-            failures[0].step_failure_data.error.message.strip().splitlines()[0]
-            if failures and failures[0].step_failure_data.error
-            else "the redrive run failed"
-        )
-        error(f"redrive run {result.run_id} failed: {message}")
-        return 1
+
+
+def first_failure(result) -> str:
+    failures = result.get_step_failure_events()
+    if failures and failures[0].step_failure_data.error:
+        return failures[0].step_failure_data.error.message.strip().splitlines()[0]
+    return "the redrive run failed"
+
+
+def audited_metadata(result) -> dict:
+    """The metadata of the run's audit: its materialization, or a dry run's observation."""
     events = [
         *result.get_asset_materialization_events(),
         *result.get_asset_observation_events(),
     ]
     audited = events[-1].event_specific_data
     audited = getattr(audited, "materialization", None) or audited.asset_observation
-    metadata = {key: value.value for key, value in audited.metadata.items()}
-    if as_machine:
-        print(json.dumps({**metadata, "run_id": result.run_id}, indent=2, default=str))
-        return 0
+    return {key: value.value for key, value in audited.metadata.items()}
+
+
+def print_redrive(metadata: dict, apply: bool, run_id: str) -> None:
     pairs = metadata["redriven"] if apply else metadata["would_redrive"]
     verb = "redriven" if apply else "would redrive (dry run: add --apply)"
     print(
@@ -153,5 +168,4 @@ def redrive_command(database_url: str, options: dict, apply: bool, as_machine: b
             f"  target {pair['target_id']}: {pair['attempts_before']} jobs, last "
             f"{pair['last_job_id']}: {pair['last_error'][:80]}{new}"
         )
-    print(f"run {result.run_id}" + (f": {run_link(result.run_id)}" if apply else ""))
-    return 0
+    print(f"run {run_id}" + (f": {run_link(run_id)}" if apply else ""))

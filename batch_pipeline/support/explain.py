@@ -15,8 +15,9 @@ from batch_pipeline.operations.run_retention import run_retention_days
 from batch_pipeline.san.database import database_now, read_transaction
 from batch_pipeline.san.errors import root_line
 from batch_pipeline.support.audit_index import AuditRead, retention_horizon, touches_for
-from batch_pipeline.support.story import Rules, TargetStory, read_story, shorten
+from batch_pipeline.support.story import Rules, TargetStory, read_story
 from batch_pipeline.support.touches import JOB, Touch
+from batch_pipeline.support.wording import shorten
 from batch_pipeline.til.auto_generation import AREA as TIL_AREA
 
 CREATED_BY_TIL = "created by the daily TIL"

@@ -182,6 +182,32 @@ def _pair(recovery: TargetRecovery, row, new_job_id: int | None) -> dict:
     }
 
 
+def _retry_of(last_job) -> int | None:
+    return None if pd.isna(last_job) else int(last_job)
+
+
+def enqueue_one_more(
+    conn: Connection, recovery: TargetRecovery, batch: Sequence, now: datetime, channel
+) -> BatchWritten[list[NewJob]]:
+    """One batch of a redrive: each target one job beyond the attempts it was read with."""
+    created: list[NewJob] = []
+    announced = True
+    by_attempts = sorted(batch, key=lambda row: int(row.attempts))
+    for attempts, group in groupby(by_attempts, key=lambda row: int(row.attempts)):
+        outcome = enqueue_jobs(
+            conn,
+            recovery.job_type,
+            [EnqueueRequest(int(row.target), _retry_of(row.last_job)) for row in group],
+            now=now,
+            max_attempts=attempts + 1,  # exactly one job beyond what it had
+            eligibility=recovery.eligibility,
+            notify_channel=channel,
+        )
+        created += outcome.created
+        announced = announced and (outcome.announced or not outcome.created)
+    return BatchWritten(created, created, announced and bool(created))
+
+
 def redrive(
     engine: Engine,
     dispatcher: Dispatcher,
@@ -211,27 +237,7 @@ def redrive(
         return report
 
     def write_batch(conn: Connection, batch: Sequence) -> BatchWritten[list[NewJob]]:
-        created: list[NewJob] = []
-        announced = True
-        by_attempts = sorted(batch, key=lambda row: int(row.attempts))
-        for attempts, group in groupby(by_attempts, key=lambda row: int(row.attempts)):
-            outcome = enqueue_jobs(
-                conn,
-                recovery.job_type,
-                [
-                    EnqueueRequest(
-                        int(row.target), None if pd.isna(row.last_job) else int(row.last_job)
-                    )
-                    for row in group
-                ],
-                now=now,
-                max_attempts=attempts + 1,  # exactly one job beyond what it had
-                eligibility=recovery.eligibility,
-                notify_channel=dispatcher.statement_channel,
-            )
-            created += outcome.created
-            announced = announced and (outcome.announced or not outcome.created)
-        return BatchWritten(created, created, announced and bool(created))
+        return enqueue_one_more(conn, recovery, batch, now, dispatcher.statement_channel)
 
     def complete(results: list[list[NewJob]], batches) -> RedriveReport:
         new_job_of = {job.target_id: job.job_id for created in results for job in created}

@@ -6,7 +6,7 @@ Plain functions over a SQLAlchemy connection; they only read.
 """
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import pandas as pd
 from sqlalchemy import select
@@ -34,6 +34,7 @@ from batch_pipeline.san.tables import (
 )
 from batch_pipeline.san.timezone import san_timezone_name
 from batch_pipeline.support.touches import JOB, KIND_OF_JOB_TYPE, KIND_OF_TABLE, KINDS
+from batch_pipeline.support.wording import age, at, shorten
 
 HEALTHY = "healthy"
 WAITING = "waiting on an active job"
@@ -232,21 +233,6 @@ def read_story(
     return story
 
 
-def _at(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _age(delta: timedelta) -> str:
-    seconds = max(0, int(delta.total_seconds()))
-    if seconds < 120:
-        return f"{seconds} s"
-    if seconds < 2 * 3600:
-        return f"{seconds // 60} min"
-    if seconds < 2 * 86400:
-        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
-    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
-
-
 def _active_verdict(conn, recovery, story, job: JobRecord, now, rules, stats) -> Verdict:
     settings = rules.recovery
     rule = GHOST_JOB_RECOVERY.rule(settings, now)
@@ -275,8 +261,8 @@ def _active_verdict(conn, recovery, story, job: JobRecord, now, rules, stats) ->
             **base,
             state=WAITING,
             next_at=next_recovery,
-            says=f"job {job.id} is a ghost ({job.status} for {_age(now - since)}, over "
-            f"{in_words(threshold)}): the next recovery_job run, at {_at(next_recovery)}, "
+            says=f"job {job.id} is a ghost ({job.status} for {age(now - since)}, over "
+            f"{in_words(threshold)}): the next recovery_job run, at {at(next_recovery)}, "
             f"{replaced}",
         )
     if job.status == PROCESSING:
@@ -284,8 +270,8 @@ def _active_verdict(conn, recovery, story, job: JobRecord, now, rules, stats) ->
             **base,
             state=WAITING,
             next_at=closes_at,
-            says=f"waiting on job {job.id} (PROCESSING for {_age(now - since)}); if it is still "
-            f"PROCESSING at {_at(closes_at)} the ghost rule closes it",
+            says=f"waiting on job {job.id} (PROCESSING for {age(now - since)}); if it is still "
+            f"PROCESSING at {at(closes_at)} the ghost rule closes it",
         )
     ages = announcement_ages(threshold_for(stats.p99), settings.stale_pending_after)
     later = [age for age in ages if job.created_at + age > now]
@@ -298,8 +284,8 @@ def _active_verdict(conn, recovery, story, job: JobRecord, now, rules, stats) ->
         **base,
         state=WAITING,
         next_at=closes_at,
-        says=f"waiting on job {job.id} (PENDING for {_age(now - since)}, not claimed yet); "
-        f"{again}, and the ghost rule closes it at {_at(closes_at)} if it is still PENDING",
+        says=f"waiting on job {job.id} (PENDING for {age(now - since)}, not claimed yet); "
+        f"{again}, and the ghost rule closes it at {at(closes_at)} if it is still PENDING",
     )
 
 
@@ -341,40 +327,20 @@ def verdict(
             state=IN_GRACE,
             next_at=ends,
             says=f"{recovery.needs_work_text.removeprefix('with ')}, no active job, inside the "
-            f"grace until {_at(ends)} (the app may still enqueue it); healed after that",
+            f"grace until {at(ends)} (the app may still enqueue it); healed after that",
         )
     attempts = int(candidate["attempts"].iloc[0])
     waiting_since = candidate["waiting_since"].iloc[0].to_pydatetime()
     if settings.max_attempts and attempts >= settings.max_attempts:
-        failed = [job for job in of_type if job.status == FAILED]
-        last = failed[-1] if failed else None
-        error = f": {shorten(last.error_message)}" if last and last.error_message else ""
-        when = f", the last failed at {_at(last.updated_at)}{error}" if last else ""
-        return Verdict(
-            **base,
-            state=EXHAUSTED,
-            says=f"exhausted: {attempts} of max_attempts {settings.max_attempts} jobs{when}. "
-            "No recovery gives it another job; after a fix: python -m batch_pipeline redrive "
-            f"--area {recovery.area} --ids {story.id} --apply",
-        )
-    lane = rules.lane.lane_settings()
-    lane_at = None
-    if attempts and waiting_since >= now - FAILURE_HORIZON:
-        succeeded = stats.last_success.get(recovery.job_type)
-        healthy = pd.Series([succeeded is not None and waiting_since < succeeded])
-        wait = retry_waits(
-            pd.Series([attempts]), pd.Series([story.id]), healthy, lane.retry_after
-        ).iloc[0]
-        lane_at = max(now, waiting_since + wait.to_pytimedelta())
-    elif not attempts and story.created_at >= now - lane.grace - APP_DEATH_CATCH_UP:
-        lane_at = max(now, story.created_at + lane.grace)
+        return _exhausted_verdict(recovery, story, of_type, attempts, settings.max_attempts)
+    lane_at = fast_lane_at(recovery, story, now, rules, stats, attempts, waiting_since)
     by_lane = (
-        f"the fast lane enqueues it at about {_at(lane_at)} (if fast_heal_sensor is running), else "
+        f"the fast lane enqueues it at about {at(lane_at)} (if fast_heal_sensor is running), else "
         if lane_at is not None
         else ""
     )
     tried = (
-        f"{attempts} attempt(s) so far, the latest ended {_at(waiting_since)}"
+        f"{attempts} attempt(s) so far, the latest ended {at(waiting_since)}"
         if attempts
         else ("never enqueued")
     )
@@ -383,12 +349,40 @@ def verdict(
         state=NEEDS_WORK,
         next_at=lane_at or next_recovery,
         says=f"needs work ({tried}): {by_lane}the next recovery_job run enqueues it, at "
-        f"{_at(next_recovery)}",
+        f"{at(next_recovery)}",
     )
 
 
-def shorten(text: str | None, limit: int = 120) -> str:
-    if not text:
-        return ""
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+def _exhausted_verdict(
+    recovery: TargetRecovery, story: TargetStory, of_type, attempts: int, max_attempts: int
+) -> Verdict:
+    failed = [job for job in of_type if job.status == FAILED]
+    last = failed[-1] if failed else None
+    error = f": {shorten(last.error_message)}" if last and last.error_message else ""
+    when = f", the last failed at {at(last.updated_at)}{error}" if last else ""
+    return Verdict(
+        area=recovery.area,
+        job_type=recovery.job_type,
+        state=EXHAUSTED,
+        says=f"exhausted: {attempts} of max_attempts {max_attempts} jobs{when}. "
+        "No recovery gives it another job; after a fix: python -m batch_pipeline redrive "
+        f"--area {recovery.area} --ids {story.id} --apply",
+    )
+
+
+def fast_lane_at(
+    recovery: TargetRecovery, story: TargetStory, now, rules: Rules, stats, attempts, waiting_since
+):
+    """When the fast lane would enqueue the target: after its retry's backoff, or the grace of a
+    target the app never enqueued; None when the lane leaves it to recovery_job."""
+    lane = rules.lane.lane_settings()
+    if attempts and waiting_since >= now - FAILURE_HORIZON:
+        succeeded = stats.last_success.get(recovery.job_type)
+        healthy = pd.Series([succeeded is not None and waiting_since < succeeded])
+        wait = retry_waits(
+            pd.Series([attempts]), pd.Series([story.id]), healthy, lane.retry_after
+        ).iloc[0]
+        return max(now, waiting_since + wait.to_pytimedelta())
+    if not attempts and story.created_at >= now - lane.grace - APP_DEATH_CATCH_UP:
+        return max(now, story.created_at + lane.grace)
+    return None

@@ -280,8 +280,12 @@ def create_daily_tils(
         ),
         limits,
     )
-    # The audit covers every attempt: what an earlier one committed before it failed, then this
-    # one's.
+    return with_writes(report, done, earlier_jobs, results, batches)
+
+
+def with_writes(report: TilReport, done: dict[int, int], earlier_jobs, results, batches):
+    """The audit covers every attempt: what an earlier one committed before it failed, then this
+    one's."""
     report.summary_ids = sorted(done.values()) + [
         summary_id for batch in results for summary_id, _user in batch.summaries
     ]

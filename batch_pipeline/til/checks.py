@@ -36,6 +36,31 @@ def checked_day(context: AssetCheckExecutionContext) -> str | None:
     return event.asset_materialization.partition if event else None
 
 
+def coverage_of_day(conn, day: date, timezone: str) -> tuple[set[int], set[int], list[int]]:
+    """D's active users, the users with a summary of D, and the summaries of D waiting for
+    their TIL longer than TIL_WAIT_LIMIT."""
+    users = detect_users_of_day(conn, *day_bounds(day, timezone))
+    active = set(users[users["card_count"] > 0]["user_id"].tolist())
+    of_day = daily_summaries.c.target_date == day
+    with_summary = set(conn.execute(select(daily_summaries.c.user_id).where(of_day)).scalars())
+    waiting = (
+        conn.execute(
+            select(daily_summaries.c.id)
+            .where(
+                and_(
+                    of_day,
+                    daily_summaries.c.content.is_(None),
+                    daily_summaries.c.created_at < database_now(conn) - TIL_WAIT_LIMIT,
+                )
+            )
+            .order_by(daily_summaries.c.id)
+        )
+        .scalars()
+        .all()
+    )
+    return active, with_summary, list(waiting)
+
+
 def til_coverage_check(partitions: DailyPartitionsDefinition):
     # One check evaluation per TIL run, for that run's day (named in the metadata). Dagster 1.13's
     # partitioned asset checks are preview and a checks-only job cannot carry their partition, so
@@ -56,27 +81,7 @@ def til_coverage_check(partitions: DailyPartitionsDefinition):
             )
         day = date.fromisoformat(key)
         with read_transaction(san_database.get_engine()) as conn:
-            users = detect_users_of_day(conn, *day_bounds(day, partitions.timezone))
-            active = set(users[users["card_count"] > 0]["user_id"].tolist())
-            of_day = daily_summaries.c.target_date == day
-            with_summary = set(
-                conn.execute(select(daily_summaries.c.user_id).where(of_day)).scalars()
-            )
-            waiting = (
-                conn.execute(
-                    select(daily_summaries.c.id)
-                    .where(
-                        and_(
-                            of_day,
-                            daily_summaries.c.content.is_(None),
-                            daily_summaries.c.created_at < database_now(conn) - TIL_WAIT_LIMIT,
-                        )
-                    )
-                    .order_by(daily_summaries.c.id)
-                )
-                .scalars()
-                .all()
-            )
+            active, with_summary, waiting = coverage_of_day(conn, day, partitions.timezone)
         missing = sorted(active - with_summary)
         problems = []
         if missing:

@@ -7,11 +7,11 @@ succeeds in a run worker and its materializations are in the instance."""
 import os
 import shutil
 
+import pytest
 from dagster import AssetKey, DagsterInstance
 
 from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
-from batch_pipeline.sandbox.processes import stop_group, wait_for
 from batch_pipeline_tests.processes import (
     BIN,
     ROOT,
@@ -20,6 +20,9 @@ from batch_pipeline_tests.processes import (
     serving,
     start,
 )
+from san_sandbox.processes import stop_group, wait_for
+
+pytestmark = pytest.mark.system  # starts code servers, a webserver and a daemon
 
 
 def test_a_run_launched_through_the_webserver_runs_from_the_code_server(

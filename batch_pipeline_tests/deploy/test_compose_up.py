@@ -27,7 +27,6 @@ from dagster import AssetKey, DagsterInstance
 
 from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
-from batch_pipeline.sandbox.processes import wait_for
 from batch_pipeline_tests.deploy.docker import (
     IMAGE,
     build_image,
@@ -43,6 +42,9 @@ from batch_pipeline_tests.processes import (
     submit_through_webserver,
     wait_for_status,
 )
+from san_sandbox.processes import wait_for
+
+pytestmark = pytest.mark.system  # brings the compose deployment up in Docker
 
 SHIPPED = ROOT / "deploy" / "docker-compose.yml"
 ROLLOUT_IMAGE = "batch-pipeline:test-rollout"

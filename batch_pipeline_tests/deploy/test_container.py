@@ -14,7 +14,6 @@ from dagster import AssetKey, DagsterInstance
 
 from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
-from batch_pipeline.sandbox.processes import stop_group, wait_for
 from batch_pipeline_tests.deploy.docker import (
     IMAGE,
     build_image,
@@ -31,6 +30,9 @@ from batch_pipeline_tests.processes import (
     serving,
     start,
 )
+from san_sandbox.processes import stop_group, wait_for
+
+pytestmark = pytest.mark.system  # builds and runs the image in Docker
 
 
 def reachable(host: str, port: int) -> bool:

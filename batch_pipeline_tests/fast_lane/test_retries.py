@@ -21,7 +21,8 @@ from batch_pipeline.fast_lane.retries import (
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
 from batch_pipeline.recovery.plan import RecoveryPolicy
 from batch_pipeline.recovery.registry import TARGET_RECOVERIES
-from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE, recover_targets
+from batch_pipeline.recovery.target_writes import recover_targets
+from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
 from batch_pipeline.recovery.unwritten_tils import UNWRITTEN_TILS
 from batch_pipeline.san.dispatch import Dispatcher

@@ -15,11 +15,11 @@ import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
+import pytest
 import yaml
 
 from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
-from batch_pipeline.sandbox.processes import stop_group, wait_for
 from batch_pipeline_tests.processes import (
     BIN,
     PROMETHEUS,
@@ -30,6 +30,9 @@ from batch_pipeline_tests.processes import (
     tool,
     wait_for_status,
 )
+from san_sandbox.processes import stop_group, wait_for
+
+pytestmark = pytest.mark.system  # runs a deployment, Prometheus and Alertmanager
 
 GHOSTS = 37
 # The shipped rule needs 120 s without a heartbeat (the daemon beats every 30 s): the alert can

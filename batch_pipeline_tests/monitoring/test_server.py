@@ -11,12 +11,12 @@ import urllib.request
 from batch_pipeline_tests.processes import ROOT, free_port
 
 
-def test_the_command_serves_until_sigterm_and_names_a_wrong_url(tmp_path, san_db):
+def test_the_command_serves_until_sigterm_and_names_a_wrong_url(tmp_path, pg_db):
     port = free_port()
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
     command = [sys.executable, "-m", "batch_pipeline", "metrics", "--port", str(port)]
     process = subprocess.Popen(
-        [*command, "--database-url", san_db.url],
+        [*command, "--database-url", pg_db.url],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

@@ -6,19 +6,22 @@ import os
 import signal
 import time
 
+import pytest
 from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 from sqlalchemy import text
 
 from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.recovery.dead_runs import AUDIT_OF_RUN
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
-from batch_pipeline.sandbox.processes import wait_for
 from batch_pipeline_tests.processes import (
     production_deployment,
     serving,
     submit_through_webserver,
     wait_for_status,
 )
+from san_sandbox.processes import wait_for
+
+pytestmark = pytest.mark.system  # runs the daemon and the webserver
 
 
 def test_a_scheduled_tick_launches_a_recovery_run_on_the_production_instance(

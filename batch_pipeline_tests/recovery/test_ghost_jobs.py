@@ -6,12 +6,10 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text, update
 
+from batch_pipeline.recovery.ghost_closing import recover_ghost_jobs
 from batch_pipeline.recovery.ghost_jobs import (
-    STALE_PENDING_AFTER,
-    STALE_PROCESSING_AFTER,
     GhostRule,
     detect_ghost_jobs,
-    recover_ghost_jobs,
 )
 from batch_pipeline.recovery.plan import RecoveryPolicy
 from batch_pipeline.san.dialects.postgresql import has_target_index
@@ -76,86 +74,6 @@ def recover(
             dry_run=dry_run,
         ),
     )
-
-
-def test_pending_is_a_ghost_after_30_minutes_not_before(san_db):
-    assert STALE_PENDING_AFTER == timedelta(minutes=30)  # the design's rule
-    fresh = san_db.job(
-        CARD_ANALYSIS,
-        1,
-        PENDING,
-        created_at=san_db.now - STALE_PENDING_AFTER + timedelta(minutes=1),
-    )
-    stale = san_db.job(
-        CARD_ANALYSIS,
-        2,
-        PENDING,
-        created_at=san_db.now - STALE_PENDING_AFTER - timedelta(minutes=1),
-    )
-    assert detect(san_db)["job_id"].tolist() == [stale]
-    assert fresh not in detect(san_db)["job_id"].tolist()
-
-
-def test_processing_is_a_ghost_after_60_minutes_from_started_at(san_db):
-    assert STALE_PROCESSING_AFTER == timedelta(minutes=60)  # the design's rule
-    running = san_db.job(
-        CARD_ANALYSIS,
-        1,
-        PROCESSING,
-        created_at=san_db.ago(hours=3),
-        started_at=san_db.now - STALE_PROCESSING_AFTER + timedelta(minutes=1),
-    )
-    stuck = san_db.job(
-        CARD_ANALYSIS,
-        2,
-        PROCESSING,
-        created_at=san_db.ago(hours=3),
-        started_at=san_db.now - STALE_PROCESSING_AFTER - timedelta(minutes=1),
-    )
-    # started_at decides even when a worker touched updated_at recently
-    stuck_touched = san_db.job(
-        CARD_ANALYSIS,
-        3,
-        PROCESSING,
-        created_at=san_db.ago(hours=3),
-        started_at=san_db.now - STALE_PROCESSING_AFTER - timedelta(minutes=1),
-        updated_at=san_db.ago(minutes=1),
-    )
-    found = detect(san_db)["job_id"].tolist()
-    assert running not in found
-    assert sorted(found) == sorted([stuck, stuck_touched])
-
-
-def test_processing_with_null_started_at_ages_from_updated_at(san_db):
-    recent = san_db.job(
-        SCRAP_REFINE,
-        1,
-        PROCESSING,
-        created_at=san_db.ago(hours=5),
-        updated_at=san_db.now - STALE_PROCESSING_AFTER + timedelta(minutes=1),
-    )
-    old = san_db.job(
-        SCRAP_REFINE,
-        2,
-        PROCESSING,
-        created_at=san_db.ago(hours=5),
-        updated_at=san_db.now - STALE_PROCESSING_AFTER - timedelta(minutes=1),
-    )
-    ghosts = detect(san_db)
-    assert ghosts["job_id"].tolist() == [old]
-    assert recent not in ghosts["job_id"].tolist()
-
-
-def test_completed_and_failed_jobs_are_never_ghosts(san_db):
-    san_db.job(CARD_ANALYSIS, 1, COMPLETED, created_at=san_db.ago(days=3))
-    san_db.job(CARD_ANALYSIS, 2, FAILED, created_at=san_db.ago(days=3))
-    assert detect(san_db).empty
-
-
-def test_thresholds_are_configurable(san_db):
-    job = san_db.job(CARD_ANALYSIS, 1, PENDING, created_at=san_db.ago(minutes=20))
-    assert detect(san_db).empty
-    assert detect(san_db, stale_pending_after=timedelta(minutes=15))["job_id"].tolist() == [job]
 
 
 def test_every_job_type_is_closed_failed_and_re_enqueued(san_db):

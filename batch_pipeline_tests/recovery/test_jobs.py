@@ -410,7 +410,7 @@ def test_ages_are_measured_with_the_database_clock_not_the_hosts(san_db, monkeyp
     for name, module in list(sys.modules.items()):
         if (
             name.startswith("batch_pipeline.")
-            and not name.startswith("batch_pipeline.sandbox")
+            and not name.startswith("san_sandbox")
             and hasattr(module, "utc_now")
         ):
             monkeypatch.setattr(module, "utc_now", fast)

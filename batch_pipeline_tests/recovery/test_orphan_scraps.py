@@ -6,7 +6,8 @@ import pytest
 from sqlalchemy import text
 
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
-from batch_pipeline.recovery.targets import detect_targets, recover_targets
+from batch_pipeline.recovery.target_writes import recover_targets
+from batch_pipeline.recovery.targets import detect_targets
 from batch_pipeline.san.dialects.postgresql import has_target_index
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.tables import CARD_ANALYSIS

@@ -29,3 +29,14 @@ def test_each_recovery_has_its_module_and_its_test_module():
     for recovery in RECOVERIES:
         assert (ROOT / "batch_pipeline" / "recovery" / f"{recovery.name}.py").exists()
         assert (ROOT / "batch_pipeline_tests" / "recovery" / f"test_{recovery.name}.py").exists()
+
+
+def test_both_recovery_shapes_are_a_recovery_as_the_ops_know_it():
+    from batch_pipeline.recovery.ghost_jobs import GhostJobRecovery
+    from batch_pipeline.recovery.plan import Recovery
+    from batch_pipeline.recovery.targets import TargetRecovery
+
+    assert {type(recovery) for recovery in RECOVERIES} == {GhostJobRecovery, TargetRecovery}
+    for recovery in RECOVERIES:
+        assert isinstance(recovery, Recovery), recovery.area
+        assert recovery.rule_text and recovery.detect_description and recovery.asset_description

@@ -3,7 +3,8 @@
 
 from sqlalchemy import update
 
-from batch_pipeline.recovery.targets import detect_targets, recover_targets
+from batch_pipeline.recovery.target_writes import recover_targets
+from batch_pipeline.recovery.targets import detect_targets
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.tables import SCRAP_REFINE, scraps

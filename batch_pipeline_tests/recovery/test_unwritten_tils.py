@@ -4,7 +4,8 @@ dry run, overlapping runs) is tested for it in test_targets.py."""
 
 from sqlalchemy import update
 
-from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE, detect_targets, recover_targets
+from batch_pipeline.recovery.target_writes import recover_targets
+from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE, detect_targets
 from batch_pipeline.recovery.unwritten_tils import UNWRITTEN_TILS
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.tables import COMPLETED, FAILED, PENDING, TIL_GENERATION, daily_summaries

@@ -142,27 +142,6 @@ def test_the_apps_own_enqueue_racing_the_insert_is_skipped_not_a_failed_batch(pa
         assert [(j.target_id, j.status) for j in db.jobs()] == [(7, PENDING), (8, PENDING)]
 
 
-def test_a_batchs_statement_is_compiled_once_and_reused_by_the_next(tmp_path):
-    """SQLAlchemy caches a compiled statement only if every part of it can be cached; the
-    PostgreSQL dialect's INSERT never can (for its ON CONFLICT clause), so only the path that
-    needs ON CONFLICT uses it: otherwise every batch compiled its fused statement anew."""
-    with san_database_on_path("postgres_with_target_index", tmp_path) as db:
-        cache: dict = {}
-        for targets in ([1, 2, 3], [4, 5]):  # two batches of different sizes: one statement
-            with write_transaction(db.engine) as conn:
-                conn.execution_options(compiled_cache=cache)
-                enqueue_jobs(
-                    conn,
-                    CARD_ANALYSIS,
-                    [EnqueueRequest(t) for t in targets],
-                    now=db.now,
-                    max_attempts=10,
-                )
-        inserts = [compiled for compiled in cache.values() if "INSERT INTO jobs" in str(compiled)]
-        assert len(inserts) == 1
-        assert [j.target_id for j in db.jobs()] == [1, 2, 3, 4, 5]
-
-
 class FakeClock:
     """time for run_in_batches: a batch takes what the test says; pauses are recorded."""
 

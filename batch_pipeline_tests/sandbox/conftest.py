@@ -8,9 +8,9 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from batch_pipeline.san.database import create_san_engine
-from batch_pipeline.sandbox.app_schema import SANDBOX_NICKNAME, init_sandbox
-from batch_pipeline.sandbox.scratch import scratch_database
 from batch_pipeline_tests.conftest import SanDb, pg_admin_url
+from san_sandbox.app_schema import SANDBOX_NICKNAME, init_sandbox
+from san_sandbox.scratch import scratch_database
 
 
 def pg_server_url() -> str:

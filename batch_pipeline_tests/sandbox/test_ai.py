@@ -2,7 +2,7 @@
 
 import pytest
 
-from batch_pipeline.sandbox.ai import (
+from san_sandbox.ai import (
     EMBEDDING_DIMENSIONS,
     POISON_MARKER,
     AiCallFailed,

@@ -17,12 +17,12 @@ from batch_pipeline.san.tables import (
     scraps,
     users,
 )
-from batch_pipeline.sandbox.ai import POISON_MARKER
-from batch_pipeline.sandbox.app import save_scraps
-from batch_pipeline.sandbox.app_schema import app_scraps
-from batch_pipeline.sandbox.events import PgNotifyEvents, PollingEvents, RedisStreamEvents
-from batch_pipeline.sandbox.faults import Faults
-from batch_pipeline.sandbox.worker import ReferenceWorker
+from san_sandbox.ai import POISON_MARKER
+from san_sandbox.app import save_scraps
+from san_sandbox.app_schema import app_scraps
+from san_sandbox.events import PgNotifyEvents, PollingEvents, RedisStreamEvents
+from san_sandbox.faults import Faults
+from san_sandbox.worker import ReferenceWorker
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -67,7 +67,7 @@ def test_poison_scraps_carry_the_marker(sandbox):
 
 
 def test_a_pg_notify_worker_hears_every_job_the_app_announces(pg_scratch_url):
-    from batch_pipeline.sandbox.app_schema import init_sandbox
+    from san_sandbox.app_schema import init_sandbox
 
     engine = create_san_engine(pg_scratch_url)
     init_sandbox(engine)

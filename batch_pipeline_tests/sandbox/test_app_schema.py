@@ -4,9 +4,9 @@ import pytest
 from sqlalchemy import inspect, text
 
 from batch_pipeline.san.tables import scraps
-from batch_pipeline.sandbox.__main__ import main
-from batch_pipeline.sandbox.app_schema import SAN_TABLES, NotASandbox, init_sandbox, require_sandbox
 from batch_pipeline_tests.conftest import PgSchema
+from san_sandbox.__main__ import main
+from san_sandbox.app_schema import SAN_TABLES, NotASandbox, init_sandbox, require_sandbox
 
 
 def columns(engine, table):
@@ -69,12 +69,12 @@ def test_once_real_users_arrive_every_entry_point_refuses_and_writes_nothing(pg_
 
     from batch_pipeline.san.dispatch import Dispatcher
     from batch_pipeline.san.tables import CARD_ANALYSIS, PENDING
-    from batch_pipeline.sandbox.app import save_scraps
-    from batch_pipeline.sandbox.demo import seed_demo_state
-    from batch_pipeline.sandbox.faults import Faults
-    from batch_pipeline.sandbox.time_travel import age_database
-    from batch_pipeline.sandbox.worker import ReferenceWorker
     from batch_pipeline_tests.sandbox.conftest import ListedEvents
+    from san_sandbox.app import save_scraps
+    from san_sandbox.demo import seed_demo_state
+    from san_sandbox.faults import Faults
+    from san_sandbox.time_travel import age_database
+    from san_sandbox.worker import ReferenceWorker
 
     def state():
         with pg_db.engine.connect() as conn:

@@ -1,11 +1,10 @@
-"""`python -m batch_pipeline.sandbox`: init, load, work, age and converge from the shell."""
+"""`python -m san_sandbox`: init, load, work and age from the shell."""
 
 from sqlalchemy import func, select
 
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.tables import COMPLETED, PENDING, jobs, scraps
-from batch_pipeline.sandbox.__main__ import main
-from batch_pipeline_tests.sandbox.conftest import pg_server_url
+from san_sandbox.__main__ import main
 
 
 def test_init_load_work_and_age_from_the_command_line(tmp_path, capsys):
@@ -63,33 +62,3 @@ def test_init_load_work_and_age_from_the_command_line(tmp_path, capsys):
             == pending
         )
     engine.dispose()
-
-
-def test_converge_prints_the_table_and_a_summary_line(capsys):
-    code = main(
-        [
-            "converge",
-            "--server-url",
-            pg_server_url(),
-            "--scraps",
-            "60",
-            "--users",
-            "6",
-            "--workers",
-            "2",
-            "--poison",
-            "0",
-            "--seed",
-            "4",
-        ]
-    )
-    out = capsys.readouterr().out
-    assert code == 0, out
-    assert "| cycle | unmet before |" in out
-    summary = out.strip().splitlines()[-1]
-    assert (
-        "converged=True" in summary
-        and "healthy_done=60/60" in summary
-        and "duplicates=0" in summary
-    )
-    assert "audit_mismatches=0" in summary and "max_cards_per_scrap=1" in summary

@@ -12,13 +12,13 @@ from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.tables import COMPLETED, FAILED, knowledge_cards
-from batch_pipeline.sandbox.app import save_scraps
-from batch_pipeline.sandbox.app_schema import init_sandbox
-from batch_pipeline.sandbox.convergence import DUPLICATE_ACTIVE_JOBS
-from batch_pipeline.sandbox.faults import Faults
-from batch_pipeline.sandbox.pool import WorkerPool, WorkerSettings
-from batch_pipeline.sandbox.time_travel import age_database
 from batch_pipeline_tests.conftest import SanDb
+from bench.convergence import DUPLICATE_ACTIVE_JOBS
+from san_sandbox.app import save_scraps
+from san_sandbox.app_schema import init_sandbox
+from san_sandbox.faults import Faults
+from san_sandbox.pool import WorkerPool, WorkerSettings
+from san_sandbox.time_travel import age_database
 
 GHOST_SCRAPS = 200  # 400 ghost jobs: each scrap's SCRAP_REFINE and CARD_ANALYSIS
 _meeting = {"barrier": None, "calls": 0}

@@ -5,8 +5,8 @@ from sqlalchemy import func, select
 
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.tables import ACTIVE_STATUSES, jobs, scraps
-from batch_pipeline.sandbox.app_schema import app_knowledge_cards
-from batch_pipeline.sandbox.demo import DEMO_USERS, seed_demo_state
+from san_sandbox.app_schema import app_knowledge_cards
+from san_sandbox.demo import DEMO_USERS, seed_demo_state
 
 
 def test_the_demo_state_is_seeded_once_with_ghosts_orphans_and_unrefined_scraps(tmp_path):

@@ -4,7 +4,7 @@ on; an unknown dispatcher is named."""
 import pytest
 
 from batch_pipeline.san.tables import CARD_ANALYSIS, COMPLETED
-from batch_pipeline.sandbox.events import PollingEvents, open_job_events
+from san_sandbox.events import PollingEvents, open_job_events
 
 
 def test_polling_hears_only_pending_jobs_created_after_it_started(sandbox):

@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from batch_pipeline.sandbox.faults import Faults
+from san_sandbox.faults import Faults
 
 
 @pytest.mark.parametrize(

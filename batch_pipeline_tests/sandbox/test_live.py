@@ -7,13 +7,13 @@ from sqlalchemy import func, select
 
 from batch_pipeline.san.resources import SanDatabase
 from batch_pipeline.san.tables import COMPLETED, jobs, scraps
-from batch_pipeline.sandbox.app_schema import NotASandbox
-from batch_pipeline.sandbox.convergence import latest_audit
-from batch_pipeline.sandbox.demo import seed_demo_state
-from batch_pipeline.sandbox.faults import Faults
-from batch_pipeline.sandbox.live import LiveSettings, run_live
 from batch_pipeline_tests.conftest import SanDb
 from batch_pipeline_tests.runs import run_recovery
+from bench.convergence import latest_audit
+from san_sandbox.app_schema import NotASandbox
+from san_sandbox.demo import seed_demo_state
+from san_sandbox.faults import Faults
+from san_sandbox.live import LiveSettings, run_live
 
 
 def test_a_living_sandbox_keeps_saving_working_and_failing_and_recovery_heals_it(

@@ -2,9 +2,9 @@
 
 from batch_pipeline.san.dispatch import build_dispatcher
 from batch_pipeline.san.tables import CARD_ANALYSIS, COMPLETED, PENDING
-from batch_pipeline.sandbox.app import save_scraps
-from batch_pipeline.sandbox.faults import Faults
-from batch_pipeline.sandbox.pool import WorkerPool, WorkerSettings
+from san_sandbox.app import save_scraps
+from san_sandbox.faults import Faults
+from san_sandbox.pool import WorkerPool, WorkerSettings
 
 
 def test_a_pool_drains_what_it_heard_and_runs_each_job_once(sandbox):

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from batch_pipeline.sandbox.processes import start_group, stop_group, wait_for
+from san_sandbox.processes import start_group, stop_group, wait_for
 
 # A parent that starts a child and both sleep: a stop must reach the child too.
 FAMILY = (

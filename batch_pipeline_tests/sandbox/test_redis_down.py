@@ -12,12 +12,12 @@ from batch_pipeline.definitions import defs
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.tables import CARD_ANALYSIS, COMPLETED, FAILED, PENDING, knowledge_cards
-from batch_pipeline.sandbox.app import save_scraps
-from batch_pipeline.sandbox.convergence import latest_audit
-from batch_pipeline.sandbox.events import RedisStreamEvents
-from batch_pipeline.sandbox.faults import Faults
-from batch_pipeline.sandbox.time_travel import age_database
-from batch_pipeline.sandbox.worker import ReferenceWorker
+from bench.convergence import latest_audit
+from san_sandbox.app import save_scraps
+from san_sandbox.events import RedisStreamEvents
+from san_sandbox.faults import Faults
+from san_sandbox.time_travel import age_database
+from san_sandbox.worker import ReferenceWorker
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 DEAD_REDIS_URL = "redis://127.0.0.1:1/0"

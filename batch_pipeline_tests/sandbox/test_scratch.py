@@ -3,8 +3,8 @@
 from sqlalchemy import inspect, text
 
 from batch_pipeline.san.database import create_san_engine
-from batch_pipeline.sandbox.scratch import scratch_database
 from batch_pipeline_tests.sandbox.conftest import pg_server_url
+from san_sandbox.scratch import scratch_database
 
 
 def test_a_scratch_database_is_empty_and_gone_afterwards():

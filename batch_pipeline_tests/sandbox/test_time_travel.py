@@ -7,11 +7,11 @@ from sqlalchemy import select, text
 
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.tables import scraps
-from batch_pipeline.sandbox.app import save_scraps
-from batch_pipeline.sandbox.app_schema import SAN_TABLES, TIMESTAMP_COLUMNS, NotASandbox
-from batch_pipeline.sandbox.time_travel import age_database
-from batch_pipeline.sandbox.worker import ReferenceWorker
 from batch_pipeline_tests.sandbox.conftest import ListedEvents
+from san_sandbox.app import save_scraps
+from san_sandbox.app_schema import SAN_TABLES, TIMESTAMP_COLUMNS, NotASandbox
+from san_sandbox.time_travel import age_database
+from san_sandbox.worker import ReferenceWorker
 
 
 def timestamps(db) -> dict:

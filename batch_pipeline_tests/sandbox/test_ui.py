@@ -1,4 +1,4 @@
-"""`make run` (python -m batch_pipeline.sandbox ui): the Dagster UI comes up on a living SAN, a
+"""`make run` (python -m san_sandbox ui): the Dagster UI comes up on a living SAN, a
 recovery run launched through the webserver heals what the sandbox broke, and a stop (as a
 terminal and systemd send it) stops all of it."""
 
@@ -32,8 +32,15 @@ from sqlalchemy import func, select
 
 from batch_pipeline.san.database import create_san_engine, utc_now
 from batch_pipeline.san.tables import COMPLETED, PENDING, jobs, scraps
-from batch_pipeline.sandbox.processes import stop_group, wait_for
-from batch_pipeline.sandbox.ui import (
+from batch_pipeline_tests.processes import (
+    free_port,
+    run_home,
+    sandbox_env,
+    sandbox_ui,
+    serving,
+)
+from san_sandbox.processes import stop_group, wait_for
+from san_sandbox.ui import (
     STOP_WITHIN_S,
     STOPPED_REASON,
     Supervised,
@@ -42,13 +49,8 @@ from batch_pipeline.sandbox.ui import (
     stop_at_once,
     wait_interruptibly,
 )
-from batch_pipeline_tests.processes import (
-    free_port,
-    run_home,
-    sandbox_env,
-    sandbox_ui,
-    serving,
-)
+
+pytestmark = pytest.mark.system  # runs `make run`: dagster dev and the living sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 

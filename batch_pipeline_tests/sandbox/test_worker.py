@@ -7,7 +7,8 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import insert, select
 
-from batch_pipeline.recovery.ghost_jobs import GhostRule, detect_ghost_jobs, recover_ghost_jobs
+from batch_pipeline.recovery.ghost_closing import recover_ghost_jobs
+from batch_pipeline.recovery.ghost_jobs import GhostRule, detect_ghost_jobs
 from batch_pipeline.san.database import utc_now
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.tables import (
@@ -21,13 +22,13 @@ from batch_pipeline.san.tables import (
     jobs,
     knowledge_cards,
 )
-from batch_pipeline.sandbox.ai import EMBEDDING_DIMENSIONS
-from batch_pipeline.sandbox.app import save_scraps
-from batch_pipeline.sandbox.app_schema import app_daily_summaries, app_knowledge_cards, app_scraps
-from batch_pipeline.sandbox.faults import Faults
-from batch_pipeline.sandbox.time_travel import age_database
-from batch_pipeline.sandbox.worker import ReferenceWorker
 from batch_pipeline_tests.sandbox.conftest import ListedEvents
+from san_sandbox.ai import EMBEDDING_DIMENSIONS
+from san_sandbox.app import save_scraps
+from san_sandbox.app_schema import app_daily_summaries, app_knowledge_cards, app_scraps
+from san_sandbox.faults import Faults
+from san_sandbox.time_travel import age_database
+from san_sandbox.worker import ReferenceWorker
 
 
 def worker(db, *batches, faults=Faults()):
@@ -204,7 +205,7 @@ def test_an_untitled_card_still_makes_a_til(sandbox):
 
 
 def test_a_job_that_raises_unexpectedly_fails_and_the_worker_goes_on(sandbox, monkeypatch):
-    from batch_pipeline.sandbox import ai
+    from san_sandbox import ai
 
     first, second = saved_scrap(sandbox), saved_scrap(sandbox)
     calls = []

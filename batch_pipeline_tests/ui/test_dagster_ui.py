@@ -19,7 +19,6 @@ from sqlalchemy import insert
 from batch_pipeline.recovery.plan import MAX_ATTEMPTS
 from batch_pipeline.san.database import create_san_engine, utc_now
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING, jobs, scraps
-from batch_pipeline.sandbox.processes import start_group, stop_group, wait_for
 from batch_pipeline_tests.processes import (
     free_port,
     run_home,
@@ -27,6 +26,9 @@ from batch_pipeline_tests.processes import (
     sandbox_ui,
     serving,
 )
+from san_sandbox.processes import start_group, stop_group, wait_for
+
+pytestmark = pytest.mark.system  # drives the UI in a browser
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "ui"

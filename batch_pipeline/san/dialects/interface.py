@@ -58,8 +58,9 @@ class Dialect(Protocol):
     def session_defaults(self, conn: Connection) -> Mapping[str, str]:
         """The session settings the database hands a new connection, by name (for `doctor`)."""
 
-    def prefer_index_plans(self, conn: Connection, index_names: Sequence[str]) -> None:
-        """Nudge the planner towards these indexes for the rest of the transaction."""
+    def avoid_full_scans(self, conn: Connection, index_names: Sequence[str]) -> None:
+        """Keep the planner off full scans for the rest of the transaction, where these indexes
+        are all valid (a no-op where the planner has no such setting)."""
 
     # -- the catalog --------------------------------------------------------------------------
     def missing_valid_indexes(self, conn: Connection, index_names: Sequence[str]) -> list[str]:

@@ -72,7 +72,7 @@ def take_write_lock(conn: Connection, limits: WriteLimits) -> None:
     """Nothing to take: BEGIN IMMEDIATE (create_engine) already holds the write lock."""
 
 
-def prefer_index_plans(conn: Connection, index_names: Sequence[str]) -> None:
+def avoid_full_scans(conn: Connection, index_names: Sequence[str]) -> None:
     """SQLite's planner has no such setting."""
 
 

@@ -14,6 +14,7 @@ from batch_pipeline.san.dialects.interface import Dialect
 from batch_pipeline.san.indexes import RECOMMENDED_INDEXES
 from batch_pipeline.san.job_source import EnqueueRequest, JobSource
 from batch_pipeline.san.limits import WriteLimits
+from batch_pipeline.san.schema import create_recommended_indexes
 from batch_pipeline.san.tables import CARD_ANALYSIS, daily_summaries, jobs, users
 
 MEMBERS = {
@@ -70,9 +71,9 @@ def test_id_in_selects_exactly_the_ids(san_db):
 def test_minutes_since_counts_whole_minutes(san_db):
     job = san_db.job(CARD_ANALYSIS, 1, created_at=san_db.ago(minutes=120))
     with san_db.engine.begin() as conn:
-        sql = dialect(conn)
+        db_dialect = dialect(conn)
         minutes = conn.execute(
-            select(sql.minutes_since(san_db.now, jobs.c.created_at)).where(jobs.c.id == job)
+            select(db_dialect.minutes_since(san_db.now, jobs.c.created_at)).where(jobs.c.id == job)
         ).scalar_one()
     assert minutes == 120
 
@@ -103,34 +104,54 @@ def test_plain_rows_and_named_rows_read_every_row_and_named_rows_checks_the_colu
 
 
 def test_transaction_settings_and_the_write_lock_hold_inside_a_transaction(san_db):
+    def setting(conn, name):  # PostgreSQL's; SQLite has none of these (its busy timeout bounds)
+        return (
+            conn.execute(text(f"SHOW {name}")).scalar_one() if san_db.kind == "postgres" else None
+        )
+
+    create_recommended_indexes(san_db.engine)
     with san_db.engine.begin() as conn:
-        sql = dialect(conn)
-        sql.transaction_settings(conn, WriteLimits(lock_timeout_ms=1234))
-        sql.take_write_lock(conn, WriteLimits())
-        sql.prefer_index_plans(conn, ["ix_san_jobs_target"])
-        assert conn.execute(text("SELECT 1")).scalar_one() == 1
+        db_dialect = dialect(conn)
+        limits = WriteLimits(lock_timeout_ms=1234, statement_timeout_ms=5678)
+        db_dialect.transaction_settings(conn, limits)
+        if san_db.kind == "postgres":
+            assert (setting(conn, "lock_timeout"), setting(conn, "statement_timeout")) == (
+                "1234ms",
+                "5678ms",
+            )
+        db_dialect.take_write_lock(conn, WriteLimits(lock_timeout_ms=4321))
+        if san_db.kind == "postgres":  # the lock taken, lock_timeout is the batch's again
+            assert setting(conn, "lock_timeout") == "4321ms"
+        db_dialect.avoid_full_scans(conn, ["ix_san_jobs_target"])
+        if san_db.kind == "postgres":
+            assert setting(conn, "enable_seqscan") == "off"
+    with san_db.engine.begin() as conn:  # transaction-local: the next one starts afresh
+        if san_db.kind == "postgres":
+            assert setting(conn, "lock_timeout") == f"{WriteLimits().lock_timeout_ms // 1000}s"
+            db_dialect.avoid_full_scans(conn, ["ix_that_does_not_exist"])
+            assert setting(conn, "enable_seqscan") == "on"  # without its index: left alone
 
 
 def test_the_index_ddl_builds_every_recommended_index_and_the_catalog_sees_it(san_db):
-    sql = dialect(san_db.engine)
+    db_dialect = dialect(san_db.engine)
     names = [index.name for index in RECOMMENDED_INDEXES]
     with san_db.engine.begin() as conn:
-        assert sql.missing_valid_indexes(conn, names) == names
-    sql.run_index_statements(
-        san_db.engine, [sql.create_index_statement(index) for index in RECOMMENDED_INDEXES]
+        assert db_dialect.missing_valid_indexes(conn, names) == names
+    db_dialect.run_index_statements(
+        san_db.engine, [db_dialect.create_index_statement(index) for index in RECOMMENDED_INDEXES]
     )
     with san_db.engine.begin() as conn:
-        assert sql.missing_valid_indexes(conn, names) == []
-        assert sql.invalid_indexes(conn, names) == []
-    sql.run_index_statements(san_db.engine, [sql.drop_index_statement(names[0])])
+        assert db_dialect.missing_valid_indexes(conn, names) == []
+        assert db_dialect.invalid_indexes(conn, names) == []
+    db_dialect.run_index_statements(san_db.engine, [db_dialect.drop_index_statement(names[0])])
     with san_db.engine.begin() as conn:
-        assert sql.missing_valid_indexes(conn, names) == names[:1]
+        assert db_dialect.missing_valid_indexes(conn, names) == names[:1]
 
 
 def test_the_tables_size_grows_with_their_rows(san_db):
-    sql = dialect(san_db.engine)
+    db_dialect = dialect(san_db.engine)
     with san_db.engine.begin() as conn:
-        empty = sql.table_bytes(conn, ["jobs", "scraps"])
+        empty = db_dialect.table_bytes(conn, ["jobs", "scraps"])
     with san_db.engine.begin() as conn:
         conn.execute(
             text(
@@ -141,32 +162,32 @@ def test_the_tables_size_grows_with_their_rows(san_db):
             )
         )
     with san_db.engine.begin() as conn:
-        assert sql.table_bytes(conn, ["jobs", "scraps"]) > empty > 0
+        assert db_dialect.table_bytes(conn, ["jobs", "scraps"]) > empty > 0
 
 
 def test_session_defaults_privileges_and_column_types_answer_without_error(san_db):
-    sql = dialect(san_db.engine)
+    db_dialect = dialect(san_db.engine)
     with san_db.engine.begin() as conn:
-        defaults = sql.session_defaults(conn)
-        assert sql.missing_privileges(conn, [("jobs", "SELECT"), ("jobs", "INSERT")]) == []
+        defaults = db_dialect.session_defaults(conn)
+        assert db_dialect.missing_privileges(conn, [("jobs", "SELECT"), ("jobs", "INSERT")]) == []
     if san_db.kind == "postgres":
         assert defaults["DateStyle"] and "TimeZone" in defaults
     naive = type("Reflected", (), {"timezone": False})()
-    problem = sql.column_type_problem(Column("created_at", DateTime(timezone=True)), naive)
+    problem = db_dialect.column_type_problem(Column("created_at", DateTime(timezone=True)), naive)
     assert (problem is None) is (san_db.kind == "sqlite")  # SQLite reflects no time zone
 
 
 def test_the_optional_capabilities_answer_none_where_the_dialect_has_none(san_db):
-    sql = dialect(san_db.engine)
+    db_dialect = dialect(san_db.engine)
     source = JobSource(job_type=CARD_ANALYSIS, requests=[EnqueueRequest(1)])
     with san_db.engine.begin() as conn:
-        fused = sql.fused_enqueue(conn, source)
-    announce = sql.announce_statement("san_jobs")
+        fused = db_dialect.fused_enqueue(conn, source)
+    announce = db_dialect.announce_statement("san_jobs")
     if san_db.kind == "sqlite":
-        assert fused is None and announce is None and sql.DEFAULT_DISPATCHER == "none"
+        assert fused is None and announce is None and db_dialect.DEFAULT_DISPATCHER == "none"
     else:  # without ix_san_jobs_target the portable path is faster: no fused statement
         assert fused is None and isinstance(announce, Executable)
-        assert sql.DEFAULT_DISPATCHER == "pg_notify"
+        assert db_dialect.DEFAULT_DISPATCHER == "pg_notify"
 
 
 def test_a_url_of_each_backend_is_normalised_to_the_driver_batch_pipeline_uses():

@@ -41,16 +41,16 @@ from batch_pipeline.san.tables import (
     jobs,
 )
 from batch_pipeline.san.timezone import san_timezone_name
-from batch_pipeline.sandbox import ai
-from batch_pipeline.sandbox.app_schema import (
+from batch_pipeline.til.auto_generation import day_bounds
+from san_sandbox import ai
+from san_sandbox.app_schema import (
     app_daily_summaries,
     app_knowledge_cards,
     app_scraps,
     require_sandbox,
 )
-from batch_pipeline.sandbox.events import JobEvents
-from batch_pipeline.sandbox.faults import Faults
-from batch_pipeline.til.auto_generation import day_bounds
+from san_sandbox.events import JobEvents
+from san_sandbox.faults import Faults
 
 
 @dataclass

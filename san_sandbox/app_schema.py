@@ -151,7 +151,7 @@ def require_sandbox(engine: Engine) -> None:
             raise NotASandbox(
                 f"{redacted(engine.url)} is not a sandbox database (no "
                 "san_sandbox table): the sandbox rewrites timestamps and plays workers, so it only "
-                "runs on a database made by `python -m batch_pipeline.sandbox init`"
+                "runs on a database made by `python -m san_sandbox init`"
             )
         stranger = foreign_user(conn)
         if stranger is not None:

@@ -10,7 +10,7 @@ from datetime import timedelta
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from batch_pipeline.sandbox.app_schema import TIMESTAMP_COLUMNS, require_sandbox
+from san_sandbox.app_schema import TIMESTAMP_COLUMNS, require_sandbox
 
 
 def shifted(dialect: str, column: str) -> str:

@@ -1,17 +1,19 @@
 """The fast lane under the real daemon on the real clock: the sandbox's app loses events, its
 AI fails and it dies before enqueueing, and `dagster-daemon` (fast_heal_sensor -> fast_heal_job)
 heals every case before a generous deadline, with no duplicate active job. The percentiles are
-printed; the targets themselves are measured by `python -m batch_pipeline.sandbox time-to-heal`
+printed; the targets themselves are measured by `python -m bench.time_to_heal`
 (docs/reliability.md)."""
 
 import pytest
 
 from batch_pipeline.fast_lane.announcements import GRID
 from batch_pipeline.san.database import create_san_engine
-from batch_pipeline.sandbox.app_schema import init_sandbox
-from batch_pipeline.sandbox.scratch import scratch_database
-from batch_pipeline.sandbox.time_to_heal import ExperimentSettings, run_experiment
 from batch_pipeline_tests.conftest import pg_admin_url
+from bench.time_to_heal import ExperimentSettings, run_experiment
+from san_sandbox.app_schema import init_sandbox
+from san_sandbox.scratch import scratch_database
+
+pytestmark = pytest.mark.system  # the time-to-heal experiment, under the daemon
 
 
 @pytest.mark.timeout(1200)  # 2 min of saves, then up to 6 min to heal, plus the daemon's start

@@ -1,4 +1,4 @@
-"""`make run` (`python -m batch_pipeline.sandbox ui`): `dagster dev` on the embedded default,
+"""`make run` (`python -m san_sandbox ui`): `dagster dev` on the embedded default,
 with the living sandbox beside it, and a stop that stops all of it.
 
 A stop is Ctrl-C in a terminal (SIGINT to the foreground process group) or SIGTERM to this
@@ -25,11 +25,11 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from batch_pipeline.monitoring.exporter import DEFAULT_PORT as DEFAULT_METRICS_PORT
 from batch_pipeline.san.database import create_san_engine, default_data_dir, embedded_database_url
 from batch_pipeline.san.timezone import san_timezone_name
-from batch_pipeline.sandbox.app_schema import NotASandbox
-from batch_pipeline.sandbox.demo import seed_demo_state
-from batch_pipeline.sandbox.live import LIVE_RECOVERY_CRON
-from batch_pipeline.sandbox.processes import start_group, stop_group
 from batch_pipeline.til.auto_generation import day_bounds, detect_users_of_day
+from san_sandbox.app_schema import NotASandbox
+from san_sandbox.demo import seed_demo_state
+from san_sandbox.live import LIVE_RECOVERY_CRON
+from san_sandbox.processes import start_group, stop_group
 
 # A stop takes at most this long: `dagster dev` has DAGSTER_DEV_GRACE_S of it to shut down its
 # webserver, daemon and code servers itself (the sandbox, stopped at the same time, less), then
@@ -294,7 +294,7 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
     ui = metrics = None
     try:
         if demo:
-            sandbox = Supervised([sys.executable, "-m", "batch_pipeline.sandbox", "live"])
+            sandbox = Supervised([sys.executable, "-m", "san_sandbox", "live"])
         metrics = start_metrics(env)
         # `dagster dev` in a process group of its own: the stop below reaches all of it.
         ui = start_group(command, cwd=cwd, env=env)

@@ -5,11 +5,13 @@ cycle changes nothing; then run a TIL partition and heal its jobs the same way. 
 read back from the database, and each recovery run's audit trail (the materialization metadata
 in the Dagster instance) is compared with the rows it really changed.
 
-Used by the test suite (batch_pipeline_tests/sandbox/test_convergence.py) and by
-`python -m batch_pipeline.sandbox converge` for the larger run in docs/reliability.md.
+Used by the test suite (batch_pipeline_tests/bench/test_convergence.py) and by
+`python -m bench.convergence` for the larger run in docs/reliability.md.
 """
 
+import argparse
 import random
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,12 +43,14 @@ from batch_pipeline.san.tables import (
     scraps,
 )
 from batch_pipeline.san.timezone import san_timezone_name
-from batch_pipeline.sandbox.app import save_scraps
-from batch_pipeline.sandbox.app_schema import init_sandbox
-from batch_pipeline.sandbox.faults import Faults
-from batch_pipeline.sandbox.pool import WorkerPool, WorkerSettings
-from batch_pipeline.sandbox.time_travel import age_database
-from batch_pipeline.sandbox.worker import WorkerStats
+from san_sandbox.app import save_scraps
+from san_sandbox.app_schema import init_sandbox
+from san_sandbox.faults import Faults, add_fault_flags, faults_from
+from san_sandbox.pool import WorkerPool, WorkerSettings
+from san_sandbox.scratch import scratch_database
+from san_sandbox.time_travel import age_database
+from san_sandbox.ui import say
+from san_sandbox.worker import WorkerStats
 
 # The areas that enqueue jobs for targets (every recovery but the ghosts, which close and replace).
 TARGET_AREAS = tuple(recovery.area for recovery in RECOVERIES if recovery.area != ghost_jobs.AREA)
@@ -107,6 +111,22 @@ class ConvergenceResult:
     poison_jobs: dict  # (job_type, scrap_id) -> jobs created
     til: TilFigures | None = None
     seconds: float = 0.0
+
+    def summary_line(self) -> str:
+        til = self.til
+        return (
+            f"converged={self.converged} cycles={len(self.cycles)} "
+            f"healthy_done={self.healthy_scraps_done}/{self.healthy_scraps} "
+            f"max_cards_per_scrap={self.cards_per_scrap_max} "
+            f"poison={len(self.poison_scrap_ids)} "
+            f"poison_jobs_max={max(self.poison_jobs.values(), default=0)} "
+            f"duplicates={max(c.duplicates for c in self.cycles)} "
+            f"audit_mismatches={sum(len(c.audit_mismatches) for c in self.cycles)} "
+            f"til_users={len(til.active_users)} til_summaries={til.summaries_created} "
+            f"til_written={til.written} til_jobs_completed={til.jobs_completed} "
+            f"til_ai_failures={til.ai_failures} til_recovered={til.recovered} "
+            f"seconds={self.seconds:.0f}"
+        )
 
     def table(self) -> str:
         lines = [
@@ -528,3 +548,48 @@ def heal_til_day(
     # replacement may then fail at the AI: the user has the TIL, the job history ends FAILED.
     figures.jobs_completed = sum(1 for s in summaries if s.id in completed_targets and s.content)
     return figures
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.convergence",
+        description="The convergence experiment of docs/reliability.md, on a scratch PostgreSQL "
+        "database it creates and drops.",
+    )
+    parser.add_argument(
+        "--server-url",
+        default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
+        help="a PostgreSQL server; the experiment creates and drops a database of its own there",
+    )
+    parser.add_argument("--scraps", type=int, default=2_000)
+    parser.add_argument("--users", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--max-attempts", type=int, default=20)
+    parser.add_argument("--dispatcher", default="pg_notify", choices=["pg_notify", "redis_stream"])
+    add_fault_flags(parser, Faults.convergence_rates())
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    faults = faults_from(args)
+    with scratch_database(args.server_url) as url:
+        result = run_convergence(
+            url,
+            scraps_to_save=args.scraps,
+            users=args.users,
+            workers=args.workers,
+            faults=faults,
+            max_attempts=args.max_attempts,
+            dispatcher=args.dispatcher,
+            report=say,
+        )
+    print()
+    print(result.table())
+    print()
+    print(result.summary_line())
+    return 0 if result.converged else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -14,12 +14,12 @@ from datetime import timedelta
 from sqlalchemy.engine import Engine
 
 from batch_pipeline.san.dispatch import build_dispatcher
-from batch_pipeline.sandbox.app import save_scraps
-from batch_pipeline.sandbox.app_schema import require_sandbox
-from batch_pipeline.sandbox.events import open_job_events
-from batch_pipeline.sandbox.faults import Faults
-from batch_pipeline.sandbox.time_travel import age_database
-from batch_pipeline.sandbox.worker import ReferenceWorker, WorkerStats
+from san_sandbox.app import save_scraps
+from san_sandbox.app_schema import require_sandbox
+from san_sandbox.events import open_job_events
+from san_sandbox.faults import Faults
+from san_sandbox.time_travel import age_database
+from san_sandbox.worker import ReferenceWorker, WorkerStats
 
 # recovery_schedule beside the living sandbox: every real minute, 2.5 hours of the sandbox's
 # clock (5 SAN minutes per 2 s): the design's 2-hourly cadence in the sandbox's own time, so

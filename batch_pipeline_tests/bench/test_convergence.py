@@ -2,16 +2,21 @@
 
 On PostgreSQL with 4 worker processes (pg_notify), 2,000 scraps from 200 users and the faults of
 docs/reliability.md's convergence experiment; and a smaller run on SQLite with polling workers.
-`-s` shows the table per cycle.
+`-s` shows the table per cycle. And its command, `python -m bench.convergence`.
 """
 
 from itertools import pairwise
 
+import pytest
+
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
 from batch_pipeline.san.tables import CARD_ANALYSIS, SCRAP_REFINE
-from batch_pipeline.sandbox.convergence import run_convergence
-from batch_pipeline.sandbox.faults import Faults
+from batch_pipeline_tests.bench.conftest import pg_server_url
+from bench.convergence import main, run_convergence
+from san_sandbox.faults import Faults
+
+pytestmark = pytest.mark.system  # the convergence experiment
 
 MAX_ATTEMPTS = 20
 MARGIN = 1.25  # the measured unmet count may exceed the prediction by 25 % (+5): sampling noise
@@ -89,3 +94,32 @@ def test_the_pipeline_converges_under_chaos_on_sqlite_with_polling_workers(tmp_p
         dispatcher="none",
     )
     assert_converged(result)
+
+
+def test_converge_prints_the_table_and_a_summary_line(capsys):
+    code = main(
+        [
+            "--server-url",
+            pg_server_url(),
+            "--scraps",
+            "60",
+            "--users",
+            "6",
+            "--workers",
+            "2",
+            "--poison",
+            "0",
+            "--seed",
+            "4",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "| cycle | unmet before |" in out
+    summary = out.strip().splitlines()[-1]
+    assert (
+        "converged=True" in summary
+        and "healthy_done=60/60" in summary
+        and "duplicates=0" in summary
+    )
+    assert "audit_mismatches=0" in summary and "max_cards_per_scrap=1" in summary

@@ -1,14 +1,15 @@
-"""What only the PostgreSQL dialect does: the settings every transaction reads values with, the
-caches of the catalog probes, the array literal."""
+"""PostgreSQL sessions: the settings every transaction reads values with, whatever the role's
+defaults; the write lock that serialises batch_pipeline's writers; no parallel workers."""
 
+import pytest
 from sqlalchemy import select, text
+from sqlalchemy.exc import OperationalError
 
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
 from batch_pipeline.recovery.targets import detect_targets
 from batch_pipeline.san.database import create_san_engine, database_now, read_transaction
 from batch_pipeline.san.dialects import postgresql
 from batch_pipeline.san.limits import WriteLimits
-from batch_pipeline.san.schema import create_recommended_indexes
 from batch_pipeline.san.tables import scraps
 from batch_pipeline_tests.conftest import ODD_SESSION_DEFAULTS, with_session_defaults
 
@@ -36,30 +37,24 @@ def test_a_non_iso_datestyle_default_changes_nothing_batch_pipeline_reads(pg_db)
         engine.dispose()
 
 
-def test_the_target_index_probe_is_cached_per_connection(pg_db):
-    with pg_db.engine.connect() as conn:
-        assert postgresql.has_target_index(conn) is False
-    create_recommended_indexes(pg_db.engine)
-    pg_db.engine.dispose()  # a new connection asks again
-    with pg_db.engine.connect() as conn:
-        assert postgresql.has_target_index(conn) is True
-        assert postgresql.has_unique_job_index(conn) is False
-
-
-def test_a_batch_of_ids_is_one_array_literal():
-    process = postgresql.BigIntArray.bind_processor(None)
-    assert process([3, 1, 2]) == "{3,1,2}"
-    assert process([1, None]) == "{1,NULL}"
-    assert process(None) is None
-
-
 def test_the_write_lock_serialises_batch_pipelines_writers_only(pg_db):
-    with pg_db.engine.begin() as conn:
-        postgresql.take_write_lock(conn, WriteLimits())
-        held = conn.execute(
-            text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted")
-        ).scalar_one()
-    assert held >= 1
+    """A second writer of batch_pipeline waits for the first one's lock, and gives up after its
+    bound; one of SAN's own transactions, which never takes the lock, does not wait at all."""
+    with pg_db.engine.begin() as first:
+        postgresql.take_write_lock(first, WriteLimits())
+        with pg_db.engine.connect() as second:
+            with pytest.raises(OperationalError, match="timeout"):
+                with second.begin():
+                    # its wait for the lock is bounded by its statement timeout
+                    postgresql.take_write_lock(
+                        second, WriteLimits(lock_timeout_ms=100, statement_timeout_ms=300)
+                    )
+            with second.begin():  # the app's write: no advisory lock, no wait
+                assert second.execute(text("SELECT pg_try_advisory_xact_lock(1)")).scalar_one()
+    with pg_db.engine.connect() as second, second.begin():  # released with the first's commit
+        postgresql.take_write_lock(
+            second, WriteLimits(lock_timeout_ms=100, statement_timeout_ms=300)
+        )
 
 
 def test_every_transaction_leaves_the_cores_to_the_app(pg_db):

@@ -2,7 +2,7 @@
 with lost events, failed AI calls and app deaths, healed by the real Dagster daemon running
 the code location (fast_heal_sensor, fast_heal_job; recovery_schedule as configured).
 
-`python -m batch_pipeline.sandbox time-to-heal [--world default|slow-workers|outage]` prints
+`python -m bench.time_to_heal [--world default|slow-workers|outage]` prints
 p50/p99/max seconds from a scrap's save to its refinement and its card, per cause, whether each
 target is met, and what healing cost: spurious re-announcements (a job announced again that a
 worker then claimed from its first event), the threshold the lane used over time, attempts per
@@ -19,6 +19,7 @@ The worlds:
   must heal within 2 minutes of the recovery, within max_attempts.
 """
 
+import argparse
 import os
 import random
 import shutil
@@ -40,15 +41,17 @@ from sqlalchemy.engine import Engine
 from batch_pipeline.fast_lane.assets import REANNOUNCEMENTS_ASSET, RETRIES_ASSET
 from batch_pipeline.fast_lane.sensors import FOUND_TAG
 from batch_pipeline.recovery.plan import MAX_ATTEMPTS
-from batch_pipeline.san.database import redacted
+from batch_pipeline.san.database import create_san_engine, redacted
 from batch_pipeline.san.dispatch import PgNotifyDispatcher
 from batch_pipeline.san.tables import ACTIVE_STATUSES, CARD_ANALYSIS, SCRAP_REFINE, jobs
-from batch_pipeline.sandbox.app import LoadReport, save_scraps
-from batch_pipeline.sandbox.app_schema import app_knowledge_cards, app_scraps
-from batch_pipeline.sandbox.events import PgNotifyEvents
-from batch_pipeline.sandbox.faults import Faults
-from batch_pipeline.sandbox.processes import start_group, stop_group
-from batch_pipeline.sandbox.worker import ReferenceWorker, WorkerStats
+from san_sandbox.app import LoadReport, save_scraps
+from san_sandbox.app_schema import app_knowledge_cards, app_scraps, init_sandbox
+from san_sandbox.events import PgNotifyEvents
+from san_sandbox.faults import Faults, add_fault_flags, faults_from
+from san_sandbox.processes import start_group, stop_group
+from san_sandbox.scratch import scratch_database
+from san_sandbox.ui import say
+from san_sandbox.worker import ReferenceWorker, WorkerStats
 
 # The default world: 30 % of the app's events lost, 15 % of first AI attempts failing, 5 % of
 # scraps saved without jobs. Faults strike the app's first attempt: the fast lane's NOTIFY
@@ -575,3 +578,71 @@ def run_experiment(
     )
     shutil.rmtree(workdir, ignore_errors=True)
     return figures
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.time_to_heal",
+        description="The fast lane's experiment of docs/reliability.md: the app and the worker "
+        "on the real clock, the real dagster-daemon healing (PostgreSQL).",
+    )
+    parser.add_argument(
+        "--server-url",
+        default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
+        help="a PostgreSQL server; the experiment creates and drops a database of its own there",
+    )
+    parser.add_argument(
+        "--save-minutes", type=float, default=10.0, help="how long the app keeps saving scraps"
+    )
+    parser.add_argument(
+        "--deadline-minutes", type=float, default=12.0, help="then at most this long for the heals"
+    )
+    parser.add_argument("--scraps-per-minute", type=float, default=20.0)
+    parser.add_argument(
+        "--grace-minutes", type=int, default=2, help="the lane's orphan_min_age_minutes"
+    )
+    add_fault_flags(parser, TIME_TO_HEAL_FAULTS)
+    parser.add_argument(
+        "--reannouncement-lost",
+        type=float,
+        default=TIME_TO_HEAL_FAULTS.reannouncement_lost,
+        help="probability that a re-announcement is lost (default 0: the fast lane's NOTIFY "
+        "commits with its transaction, only the app's own announcement is ever lost; 0.3: each "
+        "drawn afresh)",
+    )
+    parser.add_argument(
+        "--world",
+        choices=WORLDS,
+        default="default",
+        help="default: the faults above; slow-workers: workers busy, claiming 5 s (p50) to 20 s "
+        "(p99) after an event; outage: every AI call fails for 10 minutes, then the service "
+        "recovers",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    faults = faults_from(args).model_copy(
+        update={"first_attempts_only": TIME_TO_HEAL_FAULTS.first_attempts_only}
+    )
+    settings = ExperimentSettings(
+        save_minutes=args.save_minutes,
+        heal_deadline_minutes=args.deadline_minutes,
+        scraps_per_minute=args.scraps_per_minute,
+        grace_minutes=args.grace_minutes,
+        faults=faults,
+        world=args.world,
+    )
+    with scratch_database(args.server_url) as url:
+        engine = create_san_engine(url)
+        init_sandbox(engine)
+        figures = run_experiment(url, engine, settings, report=say)
+        engine.dispose()
+    print()
+    print(figures.report())
+    return 0 if all(figures.targets().values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -22,7 +22,7 @@ from batch_pipeline.san.tables import (
     scraps,
     users,
 )
-from batch_pipeline.sandbox.app_schema import (
+from san_sandbox.app_schema import (
     SANDBOX_NICKNAME,
     app_knowledge_cards,
     app_users,

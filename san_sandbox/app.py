@@ -15,14 +15,14 @@ from sqlalchemy.engine import Engine
 from batch_pipeline.san.database import utc_now
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.tables import CARD_ANALYSIS, PENDING, SCRAP_REFINE, jobs
-from batch_pipeline.sandbox.ai import POISON_MARKER
-from batch_pipeline.sandbox.app_schema import (
+from san_sandbox.ai import POISON_MARKER
+from san_sandbox.app_schema import (
     SANDBOX_NICKNAME,
     app_scraps,
     app_users,
     require_sandbox,
 )
-from batch_pipeline.sandbox.faults import Faults
+from san_sandbox.faults import Faults
 
 TOPICS = [
     "PostgreSQL partial indexes and HOT updates",

@@ -6,14 +6,17 @@ faults on purpose, so batch_pipeline's recoveries have something real to heal.
     pool.WorkerPool            several workers, each in its own process
     faults.Faults              the fault knobs, each a probability
     time_travel.age_database   shift every timestamp back, instead of waiting 30 minutes
-    convergence.run_convergence  the experiment of docs/reliability.md
     live.run_live              a living SAN for `make run`
+    ui.run_ui                  `make run`: the UI and the metrics beside the living sandbox
 
-CLI: `python -m batch_pipeline.sandbox --help`. It only ever writes to a database that
+A package of its own beside the product (never in its wheel, never imported by it); the
+experiments that use it are the benchmark's (bench/convergence.py, bench/time_to_heal.py).
+
+CLI: `python -m san_sandbox --help`. It only ever writes to a database that
 `init_sandbox` made (the table san_sandbox marks it): never to a real SAN database.
 """
 
-from batch_pipeline.sandbox.app_schema import NotASandbox, init_sandbox, require_sandbox
-from batch_pipeline.sandbox.faults import Faults
+from san_sandbox.app_schema import NotASandbox, init_sandbox, require_sandbox
+from san_sandbox.faults import Faults
 
 __all__ = ["Faults", "NotASandbox", "init_sandbox", "require_sandbox"]

@@ -9,9 +9,9 @@ import multiprocessing
 from dataclasses import dataclass
 
 from batch_pipeline.san.database import create_san_engine
-from batch_pipeline.sandbox.events import open_job_events
-from batch_pipeline.sandbox.faults import Faults
-from batch_pipeline.sandbox.worker import ReferenceWorker, WorkerStats
+from san_sandbox.events import open_job_events
+from san_sandbox.faults import Faults
+from san_sandbox.worker import ReferenceWorker, WorkerStats
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ treat its event as lost or none does), and a run is reproducible from its seed w
 scheduling of the processes.
 """
 
+import argparse
 import hashlib
 import math
 from statistics import NormalDist
@@ -144,3 +145,34 @@ class Faults(BaseModel):
             * (1 - self.ai_fails)
         )
         return 1 - succeeds
+
+
+FAULT_FLAGS = {
+    "event_lost": "--event-lost",
+    "app_dies_before_enqueue": "--app-dies",
+    "worker_dies_mid_job": "--worker-dies",
+    "ai_fails": "--ai-fails",
+    "poison": "--poison",
+    "slow_worker": "--slow",
+}
+
+
+def add_fault_flags(parser: argparse.ArgumentParser, default: Faults) -> None:
+    group = parser.add_argument_group("faults (probabilities, 0..1)")
+    for field, flag in FAULT_FLAGS.items():
+        group.add_argument(
+            flag,
+            dest=field,
+            type=float,
+            default=getattr(default, field),
+            help=f"{Faults.model_fields[field].description} (default {getattr(default, field)})",
+        )
+    group.add_argument("--seed", type=int, default=0, help="same seed, same faults")
+
+
+def faults_from(args) -> Faults:
+    return Faults(
+        seed=args.seed,
+        reannouncement_lost=getattr(args, "reannouncement_lost", None),
+        **{field: getattr(args, field) for field in FAULT_FLAGS},
+    )

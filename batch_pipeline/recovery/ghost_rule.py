@@ -1,0 +1,63 @@
+"""The ghost-job rule: PENDING > 30 min (the event was lost) or PROCESSING > 1 h (above the AI
+server's call-timeout ceiling). One constant each, read by the detection, the close's
+compare-and-set, the run config's defaults, the fast lane, `explain` and the metrics.
+
+A PROCESSING job's age runs from `started_at`, or from `updated_at` when a worker never set
+`started_at`.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, func, or_
+from sqlalchemy.sql.elements import ColumnElement
+
+from batch_pipeline.san.tables import ACTIVE_STATUSES, PENDING, PROCESSING, jobs
+
+AREA = "ghost_job_recovery"
+
+# The design's thresholds: a worker takes a job right after its event, so 30 minutes in PENDING
+# means the event was lost; 1 hour in PROCESSING is above the AI server's call-timeout ceiling.
+STALE_PENDING_AFTER = timedelta(minutes=30)
+STALE_PROCESSING_AFTER = timedelta(minutes=60)
+
+
+@dataclass(frozen=True)
+class GhostRule:
+    """The rule as cut-off instants for one run."""
+
+    now: datetime
+    stale_pending_after: timedelta = STALE_PENDING_AFTER
+    stale_processing_after: timedelta = STALE_PROCESSING_AFTER
+
+    @property
+    def pending_cutoff(self) -> datetime:
+        return self.now - self.stale_pending_after
+
+    @property
+    def processing_cutoff(self) -> datetime:
+        return self.now - self.stale_processing_after
+
+
+def processing_since(table=jobs) -> ColumnElement:
+    return func.coalesce(table.c.started_at, table.c.updated_at)
+
+
+def is_stale(rule: GhostRule, table=jobs) -> ColumnElement:
+    """PENDING created before the pending cut-off, or PROCESSING since before the processing one.
+
+    Used both to detect and, again, inside the UPDATE that closes the job (compare-and-set): a
+    job a worker took, finished or re-started in between no longer matches and is left alone.
+    """
+    return and_(
+        table.c.status.in_(ACTIVE_STATUSES),  # lets PostgreSQL use the partial active-jobs index
+        or_(
+            and_(table.c.status == PENDING, table.c.created_at < rule.pending_cutoff),
+            and_(table.c.status == PROCESSING, processing_since(table) < rule.processing_cutoff),
+        ),
+    )
+
+
+# How every ghost this recovery closes begins its error_message: with the closing instant, it
+# tells a ghost this recovery closed from one a worker failed.
+CLOSED_BY = "batch_pipeline ghost-job recovery"
