@@ -175,3 +175,16 @@ def test_the_app_latency_benchmark_runs_and_counts_both_windows(capsys):
     quiet, during = re.findall(r"^  (?:quiet|during run) +(\d+) tx", out, re.M)
     assert int(quiet) > 0 and int(during) > 0, out
     assert re.search(r"^quiet_p99_ms=\d+\.\d\d during_p99_ms=\d+\.\d\d ratio=\d+\.\d\d$", out, re.M)
+
+
+def test_the_metrics_scrape_benchmark_times_a_reading_with_and_without_the_indexes():
+    from bench import metrics_scrape
+
+    lines = []
+    prefix = f"bp_bench_{uuid.uuid4().hex[:8]}"
+    figures = metrics_scrape.measure(pg_admin_url(), 0.001, out=lines.append, prefix=prefix)
+    # the seed's ghosts: 1 % of scraps stuck PENDING, 0.25 % stuck PROCESSING
+    assert figures["ghosts"] == 25 and figures["jobs"] > figures["scraps"]
+    assert figures["with_indexes_ms"] > 0 and figures["without_indexes_ms"] > 0
+    [line] = lines
+    assert "25 ghosts counted" in line and "with the recommended indexes" in line

@@ -193,6 +193,13 @@ def _port(dagster_args: list[str]) -> int:
     return 3000
 
 
+def with_links_to(env: dict, port: int) -> dict:
+    """The UI's address for the links of alerts and `explain` (SAN_DAGSTER_BASE_URL), from the
+    port `make run` serves on, unless it is set."""
+    env.setdefault("SAN_DAGSTER_BASE_URL", f"http://127.0.0.1:{port}")
+    return env
+
+
 class DemoTil(threading.Thread):
     """The demo's TIL run, launched once on its own: as soon as the sandbox's users have cards of
     yesterday (SAN's time), yesterday's partition is submitted through the webserver, unless the
@@ -284,6 +291,7 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
         env["SAN_RECOVERY_CRON"] = LIVE_RECOVERY_CRON  # recovery keeps up with the fast clock
     if demo and not env.get("SAN_TIL_FIRST_DAY"):
         env["SAN_TIL_FIRST_DAY"] = demo_day().isoformat()  # the demo's one TIL partition
+    with_links_to(env, _port(dagster_args or []))
 
     def stop_on(signum, _frame):
         raise KeyboardInterrupt(signal.Signals(signum).name)
@@ -298,6 +306,16 @@ def run_ui(dagster_args: list[str], live: bool = True) -> int:
         metrics = start_metrics(env)
         # `dagster dev` in a process group of its own: the stop below reaches all of it.
         ui = start_group(command, cwd=cwd, env=env)
+        say(
+            f"the UI: http://127.0.0.1:{_port(dagster_args or [])} (ready in a minute or two). "
+            + (
+                "First look at Runs (recovery_job every minute, fast_heal_job between), then "
+                "Catalog -> ghost_job_recovery -> Events. "
+                if demo
+                else ""
+            )
+            + "Ctrl-C stops all of it."
+        )
         if demo:
             til = DemoTil(_port(dagster_args or []), env.get("DAGSTER_HOME"), demo_day())
             til.start()

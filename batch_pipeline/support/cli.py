@@ -29,7 +29,7 @@ from batch_pipeline.support.assets import ASKED_BY_TAG, matching_targets, redriv
 from batch_pipeline.support.config import RedriveConfig
 from batch_pipeline.support.explain import as_json, as_text, explain
 from batch_pipeline.support.jobs import redrive_job
-from batch_pipeline.support.redrive import nothing_matches
+from batch_pipeline.support.redrive import RedriveFilter, nothing_matches
 from batch_pipeline.support.story import NotFound
 from batch_pipeline.support.touches import BY_AREA, REDRIVE_ASSET
 
@@ -152,9 +152,12 @@ def audited_metadata(result) -> dict:
 def print_redrive(metadata: dict, apply: bool, run_id: str) -> None:
     pairs = metadata["redriven"] if apply else metadata["would_redrive"]
     verb = "redriven" if apply else "would redrive (dry run: add --apply)"
+    chosen = (
+        "" if metadata["filter"] == RedriveFilter().words() else f" matching {metadata['filter']}"
+    )
     print(
-        f"{metadata['area']}: {metadata['matched']} exhausted targets match "
-        f"{metadata['filter']}; {verb}: {len(pairs)}"
+        f"{metadata['area']}: {metadata['matched']} exhausted targets{chosen}; "
+        f"{verb}: {len(pairs)}"
         + (f"; {metadata['over_limit']} over the limit" if metadata["over_limit"] else "")
         + (
             f"; {metadata['skipped_by_race']} skipped by race"
@@ -168,4 +171,5 @@ def print_redrive(metadata: dict, apply: bool, run_id: str) -> None:
             f"  target {pair['target_id']}: {pair['attempts_before']} jobs, last "
             f"{pair['last_job_id']}: {pair['last_error'][:80]}{new}"
         )
-    print(f"run {run_id}" + (f": {run_link(run_id)}" if apply else ""))
+    if apply:  # a dry run's run is in an ephemeral instance: nothing to look at
+        print(f"run {run_id}: {run_link(run_id)}")

@@ -48,6 +48,7 @@ from san_sandbox.ui import (
     demo_day,
     stop_at_once,
     wait_interruptibly,
+    with_links_to,
 )
 
 pytestmark = pytest.mark.system  # runs `make run`: dagster dev and the living sandbox
@@ -462,3 +463,9 @@ def test_the_sandbox_and_dagster_dev_are_stopped_at_the_same_time_not_one_after_
 
     stop_at_once(stop("sandbox"), stop("dagster dev"))
     assert sorted(done) == ["dagster dev", "sandbox"]
+
+
+def test_the_links_of_make_run_on_another_port_point_at_that_port():
+    assert with_links_to({}, 3300)["SAN_DAGSTER_BASE_URL"] == "http://127.0.0.1:3300"
+    mine = {"SAN_DAGSTER_BASE_URL": "https://dagster.san.example"}
+    assert with_links_to(mine, 3300)["SAN_DAGSTER_BASE_URL"] == "https://dagster.san.example"

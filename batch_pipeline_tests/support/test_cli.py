@@ -120,6 +120,9 @@ def test_redrive_is_a_dry_run_unless_applied_and_the_run_is_in_the_instance(
     assert main(base) == 0
     out = capsys.readouterr().out
     assert "would redrive (dry run: add --apply): 1" in out and f"target {poison}: 10 jobs" in out
+    # no filter, no "match every exhausted target"; no run id for a run nobody can look at
+    assert f"{ORPHAN_SCRAPS.area}: 1 exhausted targets; would" in out
+    assert not [line for line in out.splitlines() if line.startswith("run ")]
     assert san_db.jobs(status=PENDING) == []
     assert main([*base, "--ids", str(poison), "--reason", "AI fix 2.3.1", "--apply"]) == 0
     out = capsys.readouterr().out
