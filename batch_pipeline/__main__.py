@@ -22,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from batch_pipeline.doctor import run_doctor
 from batch_pipeline.monitoring.exporter import CACHE_SECONDS, DEFAULT_HOST, DEFAULT_PORT
 from batch_pipeline.monitoring.server import serve
+from batch_pipeline.recovery.cadence import CadenceError
 from batch_pipeline.recovery.registry import TARGET_RECOVERIES
 from batch_pipeline.san.database import (
     SanConnectionError,
@@ -40,6 +41,7 @@ from batch_pipeline.san.schema import (
     index_statements,
     verify_schema,
 )
+from batch_pipeline.san.timezone import TimezoneConfigError
 from batch_pipeline.support.cli import explain_command, redrive_command
 from batch_pipeline.support.touches import KINDS
 
@@ -213,7 +215,7 @@ def create_indexes(engine) -> int:
 def metrics_command(args) -> int:
     try:
         return serve(args.database_url, args.host, args.port, args.cache_seconds)
-    except SanConnectionError as error:
+    except (SanConnectionError, CadenceError, TimezoneConfigError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except OSError as error:

@@ -19,16 +19,14 @@ SUCCESS, SKIPPED, FAILURE = "SUCCESS", "SKIPPED", "FAILURE"
 RECENT_TICKS = 5
 
 
+def sensor_states(instance: DagsterInstance) -> list:
+    """Every sensor's stored state (a sensor has none before its first tick)."""
+    return [s for s in instance.all_instigator_state() if s.instigator_type.value == "SENSOR"]
+
+
 def sensor_state(instance: DagsterInstance, name: str):
     """The sensor's stored state (None before its first tick)."""
-    return next(
-        (
-            state
-            for state in instance.all_instigator_state()
-            if state.instigator_type.value == "SENSOR" and state.instigator_name == name
-        ),
-        None,
-    )
+    return next((s for s in sensor_states(instance) if s.instigator_name == name), None)
 
 
 @dataclass(frozen=True)
@@ -39,7 +37,11 @@ class LaneHealth:
 
 
 def lane_health(instance: DagsterInstance) -> LaneHealth:
-    state = sensor_state(instance, SENSOR_NAME)
+    return health_of(instance, sensor_state(instance, SENSOR_NAME))
+
+
+def health_of(instance: DagsterInstance, state) -> LaneHealth:
+    """The lane's health from fast_heal_sensor's stored `state` (None: never ticked)."""
     if state is None:
         return LaneHealth(NOT_STARTED)
     if not state.is_running:

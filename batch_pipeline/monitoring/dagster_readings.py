@@ -17,8 +17,8 @@ from batch_pipeline.fast_lane.health import (
     SKIPPED,
     SUCCESS,
     LaneHealth,
-    lane_health,
-    sensor_state,
+    health_of,
+    sensor_states,
 )
 from batch_pipeline.fast_lane.jobs import fast_heal_job
 from batch_pipeline.fast_lane.sensors import SENSOR_NAME
@@ -61,11 +61,10 @@ def last_success(instance: DagsterInstance, job_name: str) -> float | None:
     return records[0].end_time if records else None
 
 
-def sensor_readings(instance: DagsterInstance) -> list[SensorReading]:
+def sensor_readings(instance: DagsterInstance, states: list) -> list[SensorReading]:
+    """Each sensor of `states` (sensor_states), running or not, and its latest tick by status."""
     readings = []
-    for state in instance.all_instigator_state():
-        if state.instigator_type.value != "SENSOR":
-            continue
+    for state in states:
         origin, selector = state.instigator_origin_id, state.selector_id
         latest = instance.get_ticks(origin, selector, limit=1)
         last_tick = {}
@@ -80,9 +79,9 @@ def sensor_readings(instance: DagsterInstance) -> list[SensorReading]:
     return sorted(readings, key=lambda reading: reading.name)
 
 
-def lane_state(instance: DagsterInstance) -> LaneState | None:
-    """The fast lane's cursor: its re-announce threshold and the workers' claim latency."""
-    state = sensor_state(instance, SENSOR_NAME)
+def lane_state(state) -> LaneState | None:
+    """The fast lane's cursor (fast_heal_sensor's stored `state`): its re-announce threshold
+    and the workers' claim latency."""
     cursor = getattr(state.instigator_data, "cursor", None) if state else None
     return LaneState.from_json(cursor) if cursor else None
 
@@ -111,15 +110,17 @@ def til_latest_day_end(instance: DagsterInstance, timezone: str) -> float | None
 
 
 def read_dagster(instance: DagsterInstance, timezone: str) -> DagsterReadings:
+    states = sensor_states(instance)  # read once: every sensor, the fast lane's among them
+    lane = next((state for state in states if state.instigator_name == SENSOR_NAME), None)
     return DagsterReadings(
         last_success={job: last_success(instance, job) for job in WATCHED_JOBS},
-        sensors=sensor_readings(instance),
+        sensors=sensor_readings(instance, states),
         heartbeats={
             daemon: heartbeat.timestamp
             for daemon, heartbeat in instance.get_daemon_heartbeats().items()
         },
-        lane=lane_state(instance),
-        lane_health=lane_health(instance),
+        lane=lane_state(lane),
+        lane_health=health_of(instance, lane),
         exhausted=latest_exhausted(instance),
         til_latest_day_end=til_latest_day_end(instance, timezone),
         heal_totals=read_heal_totals(instance),

@@ -47,7 +47,6 @@ class Readings:
     dagster: DagsterReadings | None
     taken_at: float
     took_seconds: float
-    recovery_period_seconds: float
 
 
 class Source:
@@ -84,7 +83,8 @@ class HealingCollector(Collector):
         self.san = Source("the SAN database", lambda: self._read_san(engine))
         self.dagster = Source("Dagster's instance", lambda: read_dagster(instance(), timezone))
         self.cache_seconds = cache_seconds
-        self.timezone = timezone
+        # SAN_RECOVERY_CRON and the zone are the process's: the period is read once
+        self.recovery_period_seconds = period_of(recovery_cron(), timezone).total_seconds()
         self._lock = threading.Lock()
         self._readings: Readings | None = None
 
@@ -106,9 +106,6 @@ class HealingCollector(Collector):
                     dagster=dagster,
                     taken_at=time.time(),
                     took_seconds=time.monotonic() - started,
-                    recovery_period_seconds=period_of(
-                        recovery_cron(), self.timezone
-                    ).total_seconds(),
                 )
             return self._readings
 
@@ -131,7 +128,7 @@ class HealingCollector(Collector):
         yield gauge(
             "batch_pipeline_recovery_period_seconds",
             "The longest gap between two recovery_schedule ticks (SAN_RECOVERY_CRON)",
-            value=readings.recovery_period_seconds,
+            value=self.recovery_period_seconds,
         )
         if readings.san is not None:
             yield from san_metrics(readings.san)
