@@ -97,7 +97,7 @@ def test_probe_only_prints_the_fast_lane_probe_and_its_plans():
     [sample] = [line for line in probe_plans if "claim-latency sample" in line]
     assert "Seq Scan" not in sample, sample  # a primary-key range
     [unclaimed] = [line for line in probe_plans if "unclaimed PENDING jobs" in line]
-    assert "ix_san_jobs_active_created" in unclaimed and "Seq Scan" not in unclaimed, unclaimed
+    assert "ix_san_jobs_active_covering" in unclaimed and "Seq Scan" not in unclaimed, unclaimed
     failed = [line for line in probe_plans if " recent failures " in line]
     assert all("ix_san_jobs_failed_updated" in line for line in failed), failed
     assert len([line for line in lines if "fast lane tick (" in line]) == 1

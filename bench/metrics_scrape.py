@@ -28,6 +28,8 @@ from bench.runner import DEFAULT_SERVER_URL, Server, db_url
 from bench.seed import Scale, seed
 
 REPEATS = 10
+# The index a reading counts the active jobs from (its size is printed beside the figures).
+ACTIVE_JOBS_INDEX = "ix_san_jobs_active_covering"
 
 
 def timed_readings(engine) -> tuple[float | None, int]:
@@ -72,6 +74,10 @@ def measure(
         with engine.begin() as conn:
             conn.exec_driver_sql("ANALYZE jobs")
         with_ms, stale = timed_readings(engine)
+        with engine.connect() as conn:
+            index_bytes = conn.exec_driver_sql(
+                f"SELECT pg_relation_size('{ACTIVE_JOBS_INDEX}')"
+            ).scalar_one()
         engine.dispose()
         figures = {
             "scale": scale_factor,
@@ -80,11 +86,13 @@ def measure(
             "ghosts": stale,
             "with_indexes_ms": with_ms,
             "without_indexes_ms": without_ms,
+            "active_index_mb": index_bytes / 2**20,
         }
         out(
             f"scale {scale_factor}: {figures['scraps']:,} scraps, {job_rows:,} jobs, "
             f"{stale:,} ghosts counted; one reading (median of {REPEATS}): "
-            f"{said(with_ms)} with the recommended indexes, {said(without_ms)} without"
+            f"{said(with_ms)} with the recommended indexes, {said(without_ms)} without; "
+            f"{ACTIVE_JOBS_INDEX}: {figures['active_index_mb']:.1f} MB"
         )
         return figures
     finally:

@@ -65,7 +65,7 @@ IN_FLIGHT = [
 SMALL_TABLES_BYTES = 2 * 2**20
 PROBED_TABLES = ("jobs", "scraps", "daily_summaries")
 LANE_INDEXES = (
-    "ix_san_jobs_active_created",
+    "ix_san_jobs_active_covering",
     "ix_san_jobs_failed_updated",
     "ix_san_jobs_target",
     "ix_san_scraps_created_at",

@@ -109,7 +109,7 @@ def detect_stale_jobs_query(rule: GhostRule):
 # over every page, and at scale it sometimes read the whole jobs table instead
 # (docs/benchmarks.md, "Figures behind the code"). So detection turns sequential scans off when
 # both exist.
-GHOST_DETECTION_PREFERS = ("ix_san_jobs_active_created", "ix_san_jobs_target")
+GHOST_DETECTION_PREFERS = ("ix_san_jobs_active_covering", "ix_san_jobs_target")
 
 
 def detect_ghost_jobs(conn: Connection, rule: GhostRule) -> pd.DataFrame:

@@ -25,11 +25,15 @@ RECOMMENDED_INDEXES = (
         sqlite="jobs (target_id, job_type, status)",
     ),
     RecommendedIndex(
-        name="ix_san_jobs_active_created",
+        name="ix_san_jobs_active_covering",
         table="jobs",
-        why="ghost detection reads only the few active jobs, not the whole jobs history",
-        postgresql="jobs (created_at) WHERE status IN ('PENDING', 'PROCESSING')",
-        sqlite="jobs (created_at) WHERE status IN ('PENDING', 'PROCESSING')",
+        why="ghost detection and the metrics endpoint read only the few active jobs, not the "
+        "whole jobs history; the endpoint counts them by type, status and age from the index "
+        "alone",
+        postgresql="jobs (created_at) INCLUDE (job_type, status, started_at, updated_at) "
+        "WHERE status IN ('PENDING', 'PROCESSING')",
+        sqlite="jobs (created_at, job_type, status, started_at, updated_at) "
+        "WHERE status IN ('PENDING', 'PROCESSING')",
     ),
     RecommendedIndex(
         name="ix_san_jobs_failed_updated",
@@ -95,4 +99,6 @@ APP_ONE_ACTIVE_JOB = RecommendedIndex(
 SUPERSEDED_INDEXES = {
     # keyed by created_at: the re-check could not probe it by id and read every scrap's heap page
     "ix_san_scraps_unrefined": "ix_san_scraps_unrefined_by_id",
+    # created_at only: counting the active jobs by type and status fetched each from the heap
+    "ix_san_jobs_active_created": "ix_san_jobs_active_covering",
 }

@@ -106,7 +106,7 @@ def app_guarantee_index(conn: Connection) -> str | None:
 
 def targets_with_two_active_jobs(conn: Connection) -> int:
     """(job_type, target_id) pairs with more than one active job now: the unique index cannot
-    be built until they are closed. Reads active jobs only (ix_san_jobs_active_created)."""
+    be built until they are closed. Reads active jobs only (ix_san_jobs_active_covering)."""
     doubled = (
         select(jobs.c.job_type, jobs.c.target_id)
         .where(jobs.c.status.in_(ACTIVE_STATUSES))

@@ -232,7 +232,7 @@ def test_an_invalid_index_counts_as_missing(pg_db):
             )
         )
         assert missing_valid_indexes(
-            conn, ["ix_san_jobs_active_created", "ix_san_jobs_target", "nope"]
+            conn, ["ix_san_jobs_active_covering", "ix_san_jobs_target", "nope"]
         ) == ["ix_san_jobs_target", "nope"]
 
 
