@@ -350,8 +350,8 @@ def privilege_findings(conn) -> list[Finding]:
         Finding(
             False,
             f"role {role} lacks: {', '.join(missing)}",
-            f"GRANT them (e.g. GRANT SELECT, INSERT, UPDATE ON jobs TO {role}), then run doctor "
-            "again",
+            f"as the owner of SAN's tables: psql -v role={role} -f deploy/postgres/grants.sql "
+            "(docs/production.md, step 1), then run doctor again",
         )
     ]
 

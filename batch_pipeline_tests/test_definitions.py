@@ -68,7 +68,7 @@ def test_definitions_expose_the_job_assets_and_resources():
 def test_recovery_schedule_runs_every_two_hours_in_seoul_by_default(monkeypatch):
     monkeypatch.delenv("SAN_TIMEZONE", raising=False)
     schedule = build_definitions().resolve_schedule_def("recovery_schedule")
-    assert schedule.cron_schedule == "0 */2 * * *"
+    assert schedule.cron_schedule == "0 0-22/2 * * *"
     assert schedule.execution_timezone == "Asia/Seoul"
     assert schedule.default_status == DefaultScheduleStatus.RUNNING
     assert schedule.job_name == "recovery_job"
@@ -97,6 +97,23 @@ def test_dagster_yaml_queues_recovery_runs_one_at_a_time(tmp_path):
     with DagsterInstance.from_config(str(tmp_path)) as instance:
         limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
     assert {"key": "batch_pipeline/concurrency", "value": "recovery_job", "limit": 1} in limits
+
+
+def test_the_demo_console_says_info_and_the_event_log_keeps_every_event(tmp_path, pg_db, capfd):
+    from dagster import DagsterEventType
+
+    from batch_pipeline_tests.runs import run_recovery
+
+    shutil.copy(ROOT / "dagster.yaml", tmp_path / "dagster.yaml")
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        result, _ = run_recovery(pg_db, instance=instance)
+        assert result.success
+        started = instance.get_records_for_run(
+            result.run_id, of_type=DagsterEventType.STEP_START
+        ).records
+    console = capfd.readouterr().err
+    assert started  # a DEBUG event, still in the event log
+    assert " - INFO - " in console and " - DEBUG - " not in console, console[-2000:]
 
 
 def test_the_product_never_imports_the_sandbox():

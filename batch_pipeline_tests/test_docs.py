@@ -6,6 +6,9 @@ the English front page."""
 import contextlib
 import io
 import re
+import subprocess
+import sys
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -20,7 +23,14 @@ PAGES = sorted(
     [ROOT / "README.md", ROOT / "README.ko.md", *(ROOT / "docs").glob("*.md")]
     + list((ROOT / "docs" / "ko").glob("*.md"))
 )
-KOREAN = [ROOT / "README.ko.md", ROOT / "docs" / "ko" / "operating.md"]
+KOREAN = [ROOT / "README.ko.md", *sorted((ROOT / "docs" / "ko").glob("*.md"))]
+# The pages SAN's team acts on, in Korean (README.ko.md links each).
+KOREAN_PAGES = ("operating.md", "production.md", "worker-contract.md", "til.md")
+# The design's own Korean terms, and the ones an earlier translation used instead.
+DESIGN_TERMS = ("유령 잡", "고아 스크랩", "지식카드", "파편", "복구 스케줄러")
+NOT_THE_DESIGN_S = ("고스트", "카드 없는 스크랩", "조각", "지식 카드")
+# `python -m bench.… --flag` and `python -m san_sandbox sub --flag` in the docs.
+MODULE_COMMAND = re.compile(r"python -m (bench\.[a-z_]+|san_sandbox(?: [a-z-]+)?)((?: [^`\n|)]*)?)")
 # Dagster's own variables the docs may name besides batch_pipeline's settings.
 DAGSTER_VARIABLES = {
     "DAGSTER_HOME",
@@ -93,12 +103,87 @@ def test_every_command_flag_setting_name_and_link_of_the_page_exists(page):
     assert problems == []
 
 
-def test_the_korean_pages_exist_and_the_english_front_page_links_them():
-    front = (ROOT / "README.md").read_text()
+def test_the_korean_pages_exist_and_the_front_pages_link_them():
+    assert "README.ko.md" in (ROOT / "README.md").read_text()
+    korean_front = (ROOT / "README.ko.md").read_text()
+    assert {page.name for page in KOREAN[1:]} == set(KOREAN_PAGES)
     for page in KOREAN:
-        assert page.exists()
-        assert str(page.relative_to(ROOT)) in front
+        if page.name != "README.ko.md":
+            assert f"docs/ko/{page.name}" in korean_front, page
         assert len(re.findall(r"[\uac00-\ud7a3]", page.read_text())) > 500  # written in Korean
+
+
+def sections(page: Path) -> list[str]:
+    return re.findall(r"^## (.+)$", page.read_text(), re.M)
+
+
+def test_the_korean_front_page_has_every_section_of_the_english_one():
+    english, korean = sections(ROOT / "README.md"), sections(ROOT / "README.ko.md")
+    assert len(korean) == len(english), (english, korean)
+    # the design's service names map to assets in both
+    for service in (
+        "GhostJobRecoveryService",
+        "OrphanScrapRecoveryService",
+        "OrphanScrapRefineRecoveryService",
+        "TilAutoGenerationScheduleService",
+    ):
+        for front in ("README.md", "README.ko.md"):
+            assert service in (ROOT / front).read_text(), (service, front)  # fmt: skip
+
+
+def test_the_korean_pages_speak_the_design_s_terms():
+    front = (ROOT / "README.ko.md").read_text()
+    assert [term for term in DESIGN_TERMS if term not in front] == []
+    for page in KOREAN:
+        text = page.read_text()
+        assert [term for term in NOT_THE_DESIGN_S if term in text] == [], page
+
+
+def display_columns(line: str) -> dict[int, str]:
+    """Box-drawing characters by the terminal column they show at (Hangul is two wide)."""
+    columns, at = {}, 0
+    for char in line:
+        if char in "│┤┘┐└▲":
+            columns[at] = char
+        at += 2 if unicodedata.east_asian_width(char) in "WF" else 1
+    return columns
+
+
+@pytest.mark.parametrize("front", ["README.md", "README.ko.md"])
+def test_the_diagram_s_lines_meet_in_a_monospace_font(front):
+    """Each vertical stroke has a stroke or an arrow right above it, counted in display columns."""
+    diagram = (ROOT / front).read_text().split("```\n", 2)[1].splitlines()
+    rows = [display_columns(line) for line in diagram]
+    broken = [
+        (number, column)
+        for number in range(1, len(rows))
+        for column, char in rows[number].items()
+        if char in "│┤┘└" and column not in rows[number - 1]
+    ]
+    assert broken == [], broken
+
+
+def module_help(module: str) -> str | None:
+    command = [sys.executable, "-m", *module.split(), "--help"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return done.stdout if done.returncode == 0 else None
+
+
+def test_every_benchmark_and_sandbox_command_the_docs_show_takes_its_flags():
+    shown: dict[str, set[str]] = {}
+    for page in PAGES:
+        for module, rest in MODULE_COMMAND.findall(page.read_text()):
+            flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", rest))
+            shown.setdefault(module, set()).update(flags)
+    assert "bench.time_to_heal" in shown and "san_sandbox ui" in shown
+    problems = []
+    for module, flags in sorted(shown.items()):
+        helped = module_help(module)
+        if helped is None:
+            problems.append(f"no command `python -m {module}`")
+            continue
+        problems += [f"`{module}` takes no {flag}" for flag in sorted(flags) if flag not in helped]
+    assert problems == []
 
 
 def test_the_front_page_stays_short_and_its_test_command_is_ci_s():

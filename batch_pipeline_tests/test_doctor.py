@@ -1,11 +1,21 @@
 """`python -m batch_pipeline doctor`: ready only when nothing is wrong, and says how to fix it."""
 
+import os
+import subprocess
+from pathlib import Path
+
 from sqlalchemy import text
 
 from batch_pipeline.doctor import run_doctor
 from batch_pipeline.san.schema import app_guarantee_statement, create_recommended_indexes
 from batch_pipeline.san.tables import CARD_ANALYSIS, PENDING, PROCESSING
-from batch_pipeline_tests.conftest import ODD_SESSION_DEFAULTS, with_session_defaults
+from batch_pipeline_tests.conftest import (
+    ODD_SESSION_DEFAULTS,
+    pg_admin_url,
+    with_session_defaults,
+)
+
+GRANTS_SQL = Path(__file__).resolve().parents[1] / "deploy" / "postgres" / "grants.sql"
 
 
 def with_app_guarantee(db):
@@ -146,7 +156,7 @@ def test_a_timestamp_without_time_zone_is_refused_by_name(pg_db, monkeypatch):
     )
 
 
-def test_a_role_that_may_only_read_is_not_ready_and_the_missing_grants_are_named(
+def test_a_read_only_role_is_not_ready_names_the_grants_and_the_shipped_grants_fix_it(
     pg_db, monkeypatch
 ):
     import uuid
@@ -168,6 +178,25 @@ def test_a_role_that_may_only_read_is_not_ready_and_the_missing_grants_are_named
             f"role {role} lacks: INSERT on jobs, UPDATE on jobs, INSERT on daily_summaries, USAGE "
             "on sequence" in report
         )
+        # the shipped grants, applied as the docs say, make the same role ready
+        subprocess.run(
+            [
+                "psql",
+                make_url(pg_admin_url())
+                .set(drivername="postgresql")
+                .render_as_string(hide_password=False),
+                "-q",
+                "-v",
+                f"role={role}",
+                "-f",
+                str(GRANTS_SQL),
+            ],
+            check=True,
+            env={**os.environ, "PGOPTIONS": f"-c search_path={schema}"},
+        )
+        code, report = doctor(reader_url, monkeypatch)
+        assert "this role may read the SAN tables, write jobs and daily_summaries" in report
+        assert code == 0, report
     finally:
         with pg_db.engine.begin() as conn:
             conn.execute(text(f"DROP OWNED BY {role}"))

@@ -252,7 +252,11 @@ class DemoTil(threading.Thread):
                 )
             except Exception:  # the webserver is still loading the code location
                 continue
-            self.report(f"demo: launched yesterday's TIL ({self.day}): run {run_id}")
+            # SAN's day, not the machine's: in Asia/Seoul it is often a day ahead of UTC.
+            self.report(
+                f"demo: launched the TIL of {self.day} (yesterday in {san_timezone_name()}, "
+                f"SAN's time zone): run {run_id}"
+            )
             return
 
 

@@ -9,9 +9,12 @@ from cronsim import CronSim, CronSimError
 
 from batch_pipeline.san.settings import Setting
 
-# The design's cadence: every 2 hours, on the hour.
+# The design's cadence: every 2 hours, on the hour. Written as an hour range (the same ticks as
+# `0 */2 * * *`) because Dagster's UI shows the schedule's zone only beside a time of day, and
+# it humanizes a range with its times: "every 2 hours, between 12:00 AM GMT+9 and …".
 RECOVERY_PERIOD = timedelta(hours=2)
-RECOVERY_CRON = f"0 */{int(RECOVERY_PERIOD / timedelta(hours=1))} * * *"
+_EVERY_HOURS = int(RECOVERY_PERIOD / timedelta(hours=1))
+RECOVERY_CRON = f"0 0-{24 - _EVERY_HOURS}/{_EVERY_HOURS} * * *"
 
 SAN_RECOVERY_CRON = Setting(
     "SAN_RECOVERY_CRON",

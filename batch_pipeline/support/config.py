@@ -22,8 +22,13 @@ MAX_ID = 2**63 - 1
 class ExplainConfig(Config):
     """Which target to explain (in the Launchpad under ops.explain_target.config)."""
 
-    kind: TargetKind = Field(description="scrap, summary, or job (a job: its target's story).")
-    id: int = Field(gt=0, le=MAX_ID, description="The id in SAN's scraps, daily_summaries or jobs.")
+    # Defaults so the Launchpad opens with valid config to edit (not "Missing required config").
+    kind: TargetKind = Field(
+        default=TargetKind.scrap, description="scrap, summary, or job (a job: its target's story)."
+    )
+    id: int = Field(
+        default=1, gt=0, le=MAX_ID, description="The id in SAN's scraps, daily_summaries or jobs."
+    )
 
 
 def parse_instant(value: str, name: str) -> datetime | None:
@@ -43,7 +48,11 @@ def parse_instant(value: str, name: str) -> datetime | None:
 class RedriveConfig(WriteConfig):
     """Which exhausted targets get one more job (in the Launchpad under ops.redrive.config)."""
 
-    area: RedriveArea = Field(description="The recovery whose exhausted targets to redrive.")
+    # A default so the Launchpad opens valid: a dry run over the first area's exhausted targets.
+    area: RedriveArea = Field(
+        default=RedriveArea[TARGET_RECOVERIES[0].area],
+        description="The recovery whose exhausted targets to redrive.",
+    )
     target_ids: list[int] = Field(
         default=[], description="Only these targets (empty: every exhausted target of the area)."
     )

@@ -4,6 +4,7 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from cronsim import CronSim
 
 from batch_pipeline.recovery.cadence import (
     RECOVERY_CRON,
@@ -18,8 +19,15 @@ SEOUL = "Asia/Seoul"
 
 
 def test_the_designs_cron_is_built_from_its_period_and_has_it():
-    assert RECOVERY_CRON == "0 */2 * * *"
+    assert RECOVERY_CRON == "0 0-22/2 * * *"
     assert period_of(RECOVERY_CRON, SEOUL) == RECOVERY_PERIOD
+
+
+def test_the_designs_cron_ticks_when_every_2_hours_on_the_hour_would():
+    """The hour range is for the UI's label (it names the zone); the ticks are the same."""
+    start = datetime(2026, 12, 1, tzinfo=ZoneInfo(SEOUL))
+    ours, plain = CronSim(RECOVERY_CRON, start), CronSim("0 */2 * * *", start)
+    assert [next(ours) for _ in range(36)] == [next(plain) for _ in range(36)]
 
 
 def test_the_period_is_the_longest_wait_between_two_runs():

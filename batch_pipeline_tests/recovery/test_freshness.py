@@ -8,7 +8,7 @@ from dagster import DagsterEventType, DagsterInstance
 
 from batch_pipeline.definitions import defs
 from batch_pipeline.recovery.cadence import RECOVERY_PERIOD
-from batch_pipeline.recovery.freshness import PERIODS_BEFORE_STALE, stale_after
+from batch_pipeline.recovery.freshness import FRESHNESS_OP, PERIODS_BEFORE_STALE, stale_after
 from batch_pipeline.recovery.registry import AREAS
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline_tests.runs import run_recovery
@@ -36,6 +36,12 @@ def test_no_recovery_run_fails_the_watchdog_and_a_run_makes_it_pass(san_db):
     result, _ = run_recovery(san_db, instance=instance)
     assert result.success
     assert freshness(san_db, instance) == {area: True for area in AREAS}
+
+
+def test_the_watchdog_s_op_has_a_name_an_operator_can_read():
+    """Dagster's factory names it freshness_check_<hash>: the Launchpad showed that."""
+    job = defs.resolve_job_def("recovery_freshness_job")
+    assert [node.name for node in job.nodes] == [FRESHNESS_OP] == ["recovery_freshness"]
 
 
 def test_the_window_follows_the_environment_and_a_bad_value_names_itself(monkeypatch):

@@ -180,7 +180,7 @@ def test_make_run_serves_the_ui_on_a_living_sandbox(tmp_path):
                 180,
                 "the demo's TIL run",
             )
-            assert "demo: launched yesterday's TIL" in (tmp_path / "ui.log").read_text()
+            assert "(yesterday in Asia/Seoul, SAN's time zone)" in (tmp_path / "ui.log").read_text()
     finally:
         stop_group(process, signal.SIGINT)  # Ctrl-C, as a user stops `make run`
         log.close()

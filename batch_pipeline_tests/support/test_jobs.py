@@ -23,6 +23,7 @@ from batch_pipeline.support.touches import REDRIVE_ASSET
 from batch_pipeline_tests.conftest import DiesOnBatch
 from batch_pipeline_tests.runs import (
     latest_metadata,
+    resources,
     run_explain,
     run_failure_alert,
     run_recovery,
@@ -165,3 +166,17 @@ def test_audit_index_sensor_indexes_the_audit_and_says_how_far(san_db):
         again = audit_index_sensor(context)
     assert again.skip_message.startswith("indexed 0 events")
     assert san_db.count(jobs) == 10  # SAN's tables untouched
+
+
+def test_the_launchpads_open_with_valid_config_and_redrive_s_is_a_dry_run(san_db):
+    """Not a red "Missing required config": every config field has a default, and
+    redrive_job launched as the Launchpad opens writes nothing."""
+    for name in ("explain_job", "redrive_job"):
+        ops = defs.resolve_job_def(name).run_config_schema.config_type.fields["ops"]
+        assert not ops.is_required, name
+    exhausted_scrap(san_db)
+    before = san_db.jobs()
+    result = defs.resolve_job_def("redrive_job").execute_in_process(
+        instance=DagsterInstance.ephemeral(), resources=resources(san_db)
+    )
+    assert result.success and san_db.jobs() == before

@@ -4,6 +4,7 @@ Chromium at /usr/bin/chromium), against `dagster dev` on the embedded default.
 Screenshots of every step are saved in test-artifacts/ui/.
 """
 
+import re
 import signal
 import subprocess
 from datetime import datetime, timedelta
@@ -108,9 +109,11 @@ def test_1_schedules_are_listed_with_cron_and_time_zone(dagster_dev, page):
     expect(page.get_by_text("recovery_schedule", exact=True)).to_be_visible()
     expect(page.get_by_text("til_auto_generation_schedule", exact=True)).to_be_visible()
     expect(page.get_by_text("At 03:00 AM GMT+9")).to_be_visible()
+    # every schedule names its zone, the recovery's too (its cron names times of day)
+    expect(page.get_by_text(re.compile(r"every 2 hours.*GMT\+9"))).to_be_visible()
     shot(page, "1_automation")
     page.goto(f"{base}/locations/batch_pipeline/schedules/recovery_schedule")
-    expect(page.get_by_text("(0 */2 * * *)")).to_be_visible()
+    expect(page.get_by_text("(0 0-22/2 * * *)")).to_be_visible()
     # The schedule's own time-zone cell (its description names the zone too).
     expect(page.get_by_role("cell", name="Asia/Seoul", exact=True)).to_be_visible()
     shot(page, "1_recovery_schedule")

@@ -1,0 +1,20 @@
+-- The least privilege batch_pipeline needs on SAN's database, for a role that already exists.
+-- Run it as the owner of SAN's tables, connected to SAN's database with its schema first on
+-- the search path:
+--   psql "postgresql://owner@db.internal:5432/san" -v role=batch_pipeline -f deploy/postgres/grants.sql
+-- Then `python -m batch_pipeline doctor` (as that role) checks each privilege below.
+-- The recommended indexes are built by the tables' owner (`create-indexes`), not by this role.
+\set ON_ERROR_STOP on
+
+-- Read every table the recoveries and the TIL look at.
+GRANT SELECT ON users, scraps, knowledge_cards TO :"role";
+-- Close ghost jobs (UPDATE) and enqueue replacements and new jobs (INSERT).
+GRANT SELECT, INSERT, UPDATE ON jobs TO :"role";
+-- Create a day's empty summaries for the TIL worker to write.
+GRANT SELECT, INSERT ON daily_summaries TO :"role";
+
+-- The schema, and the id sequences of the tables it inserts into, whatever they are named.
+SELECT format('GRANT USAGE ON SCHEMA %I TO %I', current_schema(), :'role') \gexec
+SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', pg_get_serial_sequence(t, 'id'), :'role')
+  FROM unnest(ARRAY['jobs', 'daily_summaries']) AS t
+  WHERE pg_get_serial_sequence(t, 'id') IS NOT NULL \gexec
