@@ -16,6 +16,7 @@ import pytest
 from batch_pipeline.__main__ import main
 from batch_pipeline.definitions import defs
 from batch_pipeline.settings import SETTINGS
+from batch_pipeline_tests.known_names import DAGSTER_VARIABLES
 from san_sandbox.faults import Faults
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,22 +32,6 @@ DESIGN_TERMS = ("유령 잡", "고아 스크랩", "지식카드", "파편", "복
 NOT_THE_DESIGN_S = ("고스트", "카드 없는 스크랩", "조각", "지식 카드")
 # `python -m bench.… --flag` and `python -m san_sandbox sub --flag` in the docs.
 MODULE_COMMAND = re.compile(r"python -m (bench\.[a-z_]+|san_sandbox(?: [a-z-]+)?)((?: [^`\n|)]*)?)")
-# Dagster's own variables the docs may name besides batch_pipeline's settings.
-DAGSTER_VARIABLES = {
-    "DAGSTER_HOME",
-    "DAGSTER_PG_HOST",
-    "DAGSTER_PG_PORT",
-    "DAGSTER_PG_USER",
-    "DAGSTER_PG_PASSWORD",
-    "DAGSTER_PG_DB",
-    "DAGSTER_DAEMON_HEARTBEAT_TOLERANCE",
-    "DAGSTER_CURRENT_IMAGE",
-    "DAGSTER_CODE_SERVER_HOST",
-    "DAGSTER_CODE_SERVER_PORT",
-    "DAGSTER_RUN_NETWORK",
-    "DAGSTER_RUN_JOB_NAME",
-    "SAN_TEST_DATABASE_URL",  # the test suite's
-}
 COMMAND = re.compile(r"python -m batch_pipeline ([a-z-]+)((?: [^`\n|]*)?)")
 VARIABLE = re.compile(r"\b((?:SAN|DAGSTER)_[A-Z0-9_]+)\b(?!\*)")  # DAGSTER_PG_*: a family
 DAGSTER_NAME = re.compile(r"`([a-z][a-z0-9_]*_(?:job|schedule|sensor|alert))`")

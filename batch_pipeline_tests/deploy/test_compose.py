@@ -133,7 +133,7 @@ def test_no_secret_is_written_into_the_deployment_files():
     assert "${SAN_DATABASE_URL:?" in compose and "${DAGSTER_PG_PASSWORD:?" in compose
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     assert "SAN_DATABASE_URL" not in dockerfile.split("# The same image")[1]
-    assert "USER dagster" in dockerfile
+    assert "USER 10001:10001" in dockerfile  # numeric: runAsNonRoot can verify it
 
 
 def test_docker_compose_accepts_the_file_and_refuses_to_start_without_the_secrets():

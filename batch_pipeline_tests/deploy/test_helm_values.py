@@ -98,6 +98,9 @@ SCHEMA = keys(
             enableSubchart=bool,
             imagePullSecrets=SECRET_REFS,
             deployments=[USER_DEPLOYMENT],
+            # the sub-chart's own values (charts/dagster-user-deployments/values.yaml)
+            rbacEnabled=bool,
+            serviceAccount=OPEN,
         )
     },
     postgresql=keys(

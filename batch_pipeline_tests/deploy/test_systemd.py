@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from batch_pipeline.settings import SETTINGS
-from batch_pipeline_tests.test_docs import DAGSTER_VARIABLES
+from batch_pipeline_tests.known_names import DAGSTER_VARIABLES
 
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = sorted((ROOT / "deploy" / "systemd").glob("*.service"))
