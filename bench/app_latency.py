@@ -82,14 +82,17 @@ def replay_parallel_workers(workers: int) -> None:
 
 
 def one_recovery_run(
-    url: str, parallel_workers: int | None, config: dict, apart: bool, ready, go, results
-) -> None:
+    url: str, parallel_workers: int | None, config: dict, apart: bool, pgoptions: str, ready, go,
+    results,
+) -> None:  # fmt: skip
     """A recovery_job when `go` is set, in a process of its own: Dagster's imports happen
     before the app's traffic starts, not in its quiet window."""
     if parallel_workers is not None:
         replay_parallel_workers(parallel_workers)
     if apart:
         os.nice(19)  # as if on a host of its own: the database's processes come first
+    if pgoptions:  # libpq reads it: the run's sessions only, not the app's
+        os.environ["PGOPTIONS"] = pgoptions
     ready.set()
     go.wait()
     started = time.time()
@@ -144,7 +147,16 @@ def one_repeat(
     config = json.loads(args.run_config)
     run = context.Process(
         target=one_recovery_run,
-        args=(url, args.parallel_workers, config, args.hosts_apart, ready, go, results),
+        args=(
+            url,
+            args.parallel_workers,
+            config,
+            args.hosts_apart,
+            args.run_pgoptions,
+            ready,
+            go,
+            results,
+        ),  # fmt: skip
     )
     run.start()
     ready.wait(timeout=300)
@@ -209,6 +221,12 @@ def main(argv=None) -> int:
         "--run-config",
         default="{}",
         help="recovery_job run config fields as JSON, e.g. '{\"batch_size\": 1000}'",
+    )
+    parser.add_argument(
+        "--run-pgoptions",
+        default="",
+        help="server settings for the run's sessions only (libpq's PGOPTIONS), e.g. "
+        "'-c synchronous_commit=off'",
     )
     parser.add_argument(
         "--hosts-apart",
