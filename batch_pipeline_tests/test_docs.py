@@ -175,3 +175,16 @@ def test_the_front_page_stays_short_and_its_test_command_is_ci_s():
     assert len((ROOT / "README.md").read_bytes()) <= 8 * 1024
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in (ROOT / "README.md").read_text() and ci.rstrip().endswith("make test")
+
+
+def test_every_make_target_the_docs_show_exists():
+    """`make X` in code (backticks or a code block's line), never in prose."""
+    targets = set(re.findall(r"^([a-z][a-z-]*):", (ROOT / "Makefile").read_text(), re.M))
+    shown = set()
+    for page in PAGES:
+        text = page.read_text()
+        blocks = "\n".join(re.findall(r"```[a-z]*\n(.*?)```", text, re.S))
+        shown |= set(re.findall(r"`make ([a-z][a-z-]*)", text))
+        shown |= set(re.findall(r"^make ([a-z][a-z-]*)", blocks, re.M))
+    assert {"run", "test"} <= shown
+    assert shown - targets == set()
