@@ -97,6 +97,8 @@ def test_the_webserver_daemon_and_code_server_pods_are_restricted_and_bind_no_lo
     ]
     assert found == []
     assert shipped["dagsterWebserver"]["service"]["port"] >= 1024  # no root needed to bind it
+    # its probe asks the port it listens on (the template names it `http`)
+    assert shipped["dagsterWebserver"]["readinessProbe"]["httpGet"]["port"] == "http"
     for part in components.values():  # requests: a busy node cannot starve them
         assert part["resources"]["requests"]["cpu"] and part["resources"]["requests"]["memory"]
     assert deployment["livenessProbe"] and deployment["startupProbe"]["enabled"] is True
