@@ -113,6 +113,15 @@ def build_image(tmp_path) -> None:
         built.write_text(image_id(IMAGE) or "")
 
 
+def built_image(tmp_path) -> str:
+    """IMAGE, built for this test run; the test is skipped, saying why, where Docker is truly
+    absent."""
+    if (why := docker_engine()) is not None:
+        pytest.skip(why)
+    build_image(tmp_path)
+    return IMAGE
+
+
 def image_id(name: str) -> str | None:
     found = docker("image", "inspect", "-f", "{{.Id}}", name, check=False)
     return found.stdout.strip() if found.returncode == 0 else None

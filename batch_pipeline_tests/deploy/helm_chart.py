@@ -236,21 +236,22 @@ def image_user(image: str) -> str:
     ).stdout.strip()  # fmt: skip
 
 
-def effective_user(pod: dict, container: dict, image: str) -> tuple[str | None, bool]:
-    """(--user for Docker, runAsNonRoot), refusing what the kubelet refuses: runAsNonRoot with
-    a root user, or with an image user it cannot verify (a name, not a number)."""
+def effective_user(pod: dict, container: dict, image_user: str) -> str | None:
+    """--user for Docker (None: the image's own, `image_user`), refusing what the kubelet
+    refuses: runAsNonRoot with a root user, or with an image user it cannot verify (a name,
+    not a number)."""
     pod_security = pod.get("securityContext") or {}
     security = {**pod_security, **(container.get("securityContext") or {})}
     uid, gid = security.get("runAsUser"), security.get("runAsGroup")
     non_root = bool(security.get("runAsNonRoot"))
     if uid is None:
-        user = image_user(image).split(":")[0]
+        user = image_user.split(":")[0]
         if non_root and (not user.isdigit() or user == "0"):
             raise PodRefused(f"runAsNonRoot and the image's user {user or 'root'!r} (not numeric)")
-        return None, non_root
+        return None
     if non_root and uid == 0:
         raise PodRefused("runAsNonRoot with runAsUser 0")
-    return (f"{uid}:{gid}" if gid is not None else str(uid)), non_root
+    return f"{uid}:{gid}" if gid is not None else str(uid)
 
 
 def resolved_env(container: dict, config_maps: dict, secrets: dict) -> dict[str, str]:
@@ -278,7 +279,7 @@ def docker_run_command(
     limit; the host's network (this machine's Docker has no bridge)."""
     pod = job["spec"]["template"]["spec"]
     [container] = pod["containers"]
-    user, _ = effective_user(pod, container, container["image"])
+    user = effective_user(pod, container, image_user(container["image"]))
     security = container.get("securityContext") or {}
     command = ["docker", "run", "--name", name, "--network", "host"]
     if user:

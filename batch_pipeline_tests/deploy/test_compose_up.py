@@ -29,9 +29,8 @@ from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
 from batch_pipeline_tests.deploy.docker import (
     IMAGE,
-    build_image,
+    built_image,
     docker,
-    docker_engine,
     postgres_image,
 )
 from batch_pipeline_tests.processes import (
@@ -144,11 +143,9 @@ LONG_RUN = recovery_run_config({"lock_timeout_ms": 600_000, "statement_timeout_m
 def test_compose_up_runs_terminates_survives_a_daemon_restart_rolls_out_and_fails_a_dead_run(
     tmp_path, pg_db, monkeypatch
 ):
-    if (why := docker_engine()) is not None:
-        pytest.skip(why)
     if shutil.which("docker-compose") is None:
         pytest.skip("no docker-compose on this machine (.ci/run installs Debian's)")
-    build_image(tmp_path)
+    built_image(tmp_path)
     print(f"postgres:15 is {postgres_image(tmp_path)}")
     pg_port, grpc_port, web_port, metrics_port = free_port(), free_port(), free_port(), free_port()
     variant, changes = host_network_variant(

@@ -16,9 +16,8 @@ from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
 from batch_pipeline_tests.deploy.docker import (
     IMAGE,
-    build_image,
+    built_image,
     docker,
-    docker_engine,
     launcher_env_vars,
 )
 from batch_pipeline_tests.processes import (
@@ -59,9 +58,7 @@ def outside_address() -> str | None:
 def test_the_image_serves_the_code_location_and_each_run_gets_its_own_container(
     tmp_path, pg_db, dagster_pg_storage, monkeypatch
 ):
-    if (why := docker_engine()) is not None:
-        pytest.skip(why)
-    build_image(tmp_path)
+    built_image(tmp_path)
     ghost = pg_db.job(
         CARD_ANALYSIS, pg_db.scrap(pg_db.user()), PENDING, created_at=pg_db.ago(hours=1)
     )

@@ -28,7 +28,7 @@ from dagster import AssetKey, DagsterRunStatus
 
 from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
-from batch_pipeline_tests.deploy.docker import IMAGE, build_image, docker, docker_engine
+from batch_pipeline_tests.deploy.docker import IMAGE, built_image, docker
 from batch_pipeline_tests.deploy.helm_chart import (
     PG_PASSWORD_KEY,
     SAN_SECRET,
@@ -138,9 +138,10 @@ def test_the_kubelet_s_non_root_check_is_modelled():
     """runAsNonRoot without runAsUser: the kubelet must verify the image's user, which it can
     only do for a number; the image's is numeric (deploy/Dockerfile `USER 10001:10001`)."""
     with pytest.raises(PodRefused, match="not numeric"):
-        effective_user({"securityContext": {"runAsNonRoot": True}}, {}, "local/python:3.11")
+        effective_user({"securityContext": {"runAsNonRoot": True}}, {}, "dagster")
     with pytest.raises(PodRefused, match="runAsUser 0"):
-        effective_user({"securityContext": {"runAsNonRoot": True, "runAsUser": 0}}, {}, "x")
+        effective_user({"securityContext": {"runAsNonRoot": True, "runAsUser": 0}}, {}, "10001")
+    assert effective_user({"securityContext": {"runAsNonRoot": True}}, {}, "10001:10001") is None
 
 
 @pytest.mark.system
@@ -148,9 +149,7 @@ def test_the_kubelet_s_non_root_check_is_modelled():
 def test_a_run_pod_as_kubernetes_would_run_it_succeeds_and_heals(
     rendered, pg_db, dagster_pg_storage, tmp_path
 ):
-    if (why := docker_engine()) is not None:
-        pytest.skip(why)
-    build_image(tmp_path)
+    built_image(tmp_path)
     run, ghost = rendered
     instance_file = tmp_path / "instance" / "dagster.yaml"
     instance_file.chmod(0o644)
@@ -188,9 +187,7 @@ def test_the_code_server_container_serves_and_answers_its_probe(tmp_path, pg_db)
     the shared env (DAGSTER_HOME), the deployment's env ConfigMap and secrets, its security
     contexts and volumes; then the probe's own command, `dagster api grpc-health-check`, run
     in the container as the kubelet runs an exec probe."""
-    if (why := docker_engine()) is not None:
-        pytest.skip(why)
-    build_image(tmp_path)
+    built_image(tmp_path)
     shipped = values()
     [deployment] = shipped["dagster-user-deployments"]["deployments"]
     port = free_port()  # the host's network: the values' 4000 may be taken here
