@@ -22,14 +22,13 @@ from sqlalchemy.exc import OperationalError
 
 from batch_pipeline.monitoring.san_readings import SCRAPE_LIMITS, read_san
 from batch_pipeline.san.database import create_san_engine, read_transaction
+from batch_pipeline.san.indexes import ACTIVE_JOBS_INDEX
 from batch_pipeline.san.schema import create_recommended_indexes
 from batch_pipeline.san.tables import jobs
 from bench.runner import DEFAULT_SERVER_URL, Server, db_url
 from bench.seed import Scale, seed
 
 REPEATS = 10
-# The index a reading counts the active jobs from (its size is printed beside the figures).
-ACTIVE_JOBS_INDEX = "ix_san_jobs_active_covering"
 
 
 def timed_readings(engine) -> tuple[float | None, int]:

@@ -34,6 +34,7 @@ from batch_pipeline.recovery.registry import TARGET_RECOVERIES
 from batch_pipeline.san.database import read_transaction, redacted
 from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.errors import first_line as first_line_of
+from batch_pipeline.san.indexes import ACTIVE_JOBS_INDEX
 from batch_pipeline.san.ops import as_metadata
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 
@@ -65,7 +66,7 @@ IN_FLIGHT = [
 SMALL_TABLES_BYTES = 2 * 2**20
 PROBED_TABLES = ("jobs", "scraps", "daily_summaries")
 LANE_INDEXES = (
-    "ix_san_jobs_active_covering",
+    ACTIVE_JOBS_INDEX,
     "ix_san_jobs_failed_updated",
     "ix_san_jobs_target",
     "ix_san_scraps_created_at",

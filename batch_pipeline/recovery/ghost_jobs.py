@@ -30,6 +30,7 @@ from batch_pipeline.recovery.plan import (
 from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.frames import INT, TEXT, UTC_DATETIME, FrameSchema, frame_instant
+from batch_pipeline.san.indexes import ACTIVE_JOBS_INDEX
 from batch_pipeline.san.limits import WriteLimits
 from batch_pipeline.san.tables import PENDING, jobs
 
@@ -109,7 +110,7 @@ def detect_stale_jobs_query(rule: GhostRule):
 # over every page, and at scale it sometimes read the whole jobs table instead
 # (docs/benchmarks.md, "Figures behind the code"). So detection turns sequential scans off when
 # both exist.
-GHOST_DETECTION_PREFERS = ("ix_san_jobs_active_covering", "ix_san_jobs_target")
+GHOST_DETECTION_PREFERS = (ACTIVE_JOBS_INDEX, "ix_san_jobs_target")
 
 
 def detect_ghost_jobs(conn: Connection, rule: GhostRule) -> pd.DataFrame:

@@ -16,6 +16,9 @@ class RecommendedIndex:
     unique: bool = False
 
 
+# Named by the code that reads through it: ghost detection, the fast lane, the metrics benchmark.
+ACTIVE_JOBS_INDEX = "ix_san_jobs_active_covering"
+
 RECOMMENDED_INDEXES = (
     RecommendedIndex(
         name="ix_san_jobs_target",
@@ -25,7 +28,7 @@ RECOMMENDED_INDEXES = (
         sqlite="jobs (target_id, job_type, status)",
     ),
     RecommendedIndex(
-        name="ix_san_jobs_active_covering",
+        name=ACTIVE_JOBS_INDEX,
         table="jobs",
         why="ghost detection and the metrics endpoint read only the few active jobs, not the "
         "whole jobs history; the endpoint counts them by type, status and age from the index "
