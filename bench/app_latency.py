@@ -7,14 +7,20 @@ pgbench plays the app (APP_SCRIPT: a user opens a scrap with its card, saves a n
 its refine job, a worker claims, refines and completes it) at `--rate` transactions per second
 from `--clients` clients; after `--quiet` seconds a recovery_job starts (in a process of its
 own through Dagster, the per-run caps lifted as in `bench`, so it heals every target at once);
-pgbench runs on for as long as the run and a few seconds more. Every transaction's latency
+pgbench runs on for as long as the run and `--after` seconds more. Every transaction's latency
 (pgbench's per-transaction log, measured from its scheduled start, as a user waits) is put in
-the window it ended in: quiet (before the run) or during the run. Prints, per repeat and over
-all: p50, p99 and max of each window, the run's seconds and targets healed; the last line is
+the window it ended in: quiet (before the run), during the run, or after it (the kernel writes
+back what a run left dirty in the page cache up to 30 s later, and the app feels that too).
+Prints, per repeat and over all: p50, p99 and max of each window (during the run also per op),
+the run's seconds, targets healed and the WAL written meanwhile; the last line is
 machine-readable:
 
-    quiet_p99_ms=Q during_p99_ms=D ratio=R
+    quiet_p99_ms=Q during_p99_ms=D ratio=R after_p99_ms=A after_ratio=R2
 
+`--sample-waits` also prints what the app's backends waited on in each window
+(pg_stat_activity, every 10 ms; the sampling costs the app a little latency of its own).
+`--keep-template` keeps the seeded template for the next call with the flag (seeding scale 1
+takes a minute and a half).
 `--parallel-workers N` replays the code with N parallel workers per query of the run (0 is what
 batch_pipeline sets; PostgreSQL's default is 2). docs/benchmarks.md, "The app's latency while
 batch_pipeline heals", holds runs.
@@ -28,9 +34,13 @@ import multiprocessing
 import os
 import subprocess
 import tempfile
+import threading
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
+
+import psycopg
 
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.schema import create_recommended_indexes
@@ -66,10 +76,14 @@ UPDATE scraps SET refined_content = 'refined', updated_at = now() WHERE id = :ne
 UPDATE jobs SET status = 'COMPLETED', finished_at = now(), updated_at = now() WHERE id = :job;
 COMMIT;
 """
+# the WAL written while the run ran (the app's share is small: 150 transactions a second)
+WAL_POSITION = "SELECT pg_current_wal_insert_lsn()"
+WAL_SINCE = "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)"
 # the first seconds of the app's traffic on a fresh copy: connections, cold pages
 WARM_UP_S = 5.0
-# after the run: the app's traffic a little longer, so the run's last batch is in a full window
-TAIL_S = 3.0
+# after the run: the app's traffic on, its own window: the kernel writes back what the run left
+# dirty in the page cache up to vm.dirty_expire_centisecs (30 s) later, and the app feels that too
+AFTER_S = 40.0
 # pgbench's duration is fixed up front: the quiet window plus what a run may take at most
 RUN_BUDGET_S = 600
 
@@ -107,6 +121,38 @@ def one_recovery_run(
     results.put((started, time.time(), result.success, elapsed, healed, steps))
 
 
+class WaitSampler(threading.Thread):
+    """What the app's backends are doing, sampled every SAMPLE_EVERY_S: (time, wait) for each
+    pgbench backend inside a statement, wait as pg_stat_activity names it ('CPU' when it names
+    none: running or waiting for a core)."""
+
+    SAMPLE_EVERY_S = 0.01
+
+    def __init__(self, conninfo: dict):
+        super().__init__(daemon=True)
+        self.conninfo, self.samples, self.stop = conninfo, [], threading.Event()
+
+    def run(self) -> None:
+        with psycopg.connect(**self.conninfo, autocommit=True) as conn:
+            while not self.stop.is_set():
+                now = time.time()
+                for wait_type, wait in conn.execute(
+                    "SELECT wait_event_type, wait_event FROM pg_stat_activity"
+                    " WHERE application_name = 'pgbench' AND state = 'active'"
+                ):
+                    self.samples.append((now, f"{wait_type}:{wait}" if wait_type else "CPU"))
+                time.sleep(self.SAMPLE_EVERY_S)
+
+    def shares(self, start: float, end: float) -> str:
+        """Each wait's share of the samples in [start, end), and how many backends were inside
+        a statement on average."""
+        counted = Counter(wait for at, wait in self.samples if start <= at < end)
+        total = sum(counted.values())
+        busy = total * self.SAMPLE_EVERY_S / max(end - start, 1e-9)
+        shares = ", ".join(f"{wait} {n / max(total, 1):.0%}" for wait, n in counted.most_common(6))
+        return f"{shares} ({total} samples, {busy:.2f} backends busy on average)"
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -135,7 +181,7 @@ def summary(values: list[float]) -> str:
 
 def one_repeat(
     server: Server, template: str, args, script: Path, folder: Path
-) -> tuple[list, list, tuple]:
+) -> tuple[list, list, list, tuple, dict]:
     copy = f"{args.prefix}_run"
     server.create(copy, template=template)
     url = db_url(args.server_url, copy)
@@ -165,7 +211,7 @@ def one_repeat(
             *(["nice", "-n", "-10"] if args.hosts_apart else []),
             "pgbench", "--no-vacuum", "--file", str(script), "--client", str(args.clients),
             "--jobs", str(min(args.clients, 2)), "--rate", str(args.rate),
-            "--time", str(int(args.quiet + RUN_BUDGET_S)), "--log", "--log-prefix",
+            "--time", str(int(args.quiet + RUN_BUDGET_S + args.after)), "--log", "--log-prefix",
             str(folder / "app"), "--host", conninfo.get("host", "127.0.0.1"),
             "--port", str(conninfo.get("port", 5432)),
             "--username", conninfo.get("user", "postgres"),
@@ -176,23 +222,50 @@ def one_repeat(
         text=True,
     )  # fmt: skip
     pgbench_started = time.time()
+    sampler = WaitSampler(conninfo) if args.sample_waits else None
+    if sampler:
+        sampler.start()
     time.sleep(args.quiet)
-    go.set()
-    run_started, run_ended, success, elapsed, changed, steps = results.get(timeout=RUN_BUDGET_S)
+    with psycopg.connect(**conninfo, autocommit=True) as conn:
+        wal_before = conn.execute(WAL_POSITION).fetchone()[0]
+        go.set()
+        run_started, run_ended, success, elapsed, changed, steps = results.get(timeout=RUN_BUDGET_S)
+        wal_mb = conn.execute(WAL_SINCE, (wal_before,)).fetchone()[0] / 1e6
     run.join()
-    time.sleep(TAIL_S)
+    time.sleep(args.after)
     pgbench.terminate()  # its logs end with the line it was writing: latencies() drops it
     _, errors = pgbench.communicate(timeout=60)
+    if sampler:
+        sampler.stop.set()
+        sampler.join()
+        print(
+            f"  app waits, quiet:      {sampler.shares(pgbench_started + WARM_UP_S, run_started)}"
+        )
+        print(f"  app waits, during run: {sampler.shares(run_started, run_ended)}")
+        print(f"  app waits, after run:  {sampler.shares(run_ended, run_ended + args.after)}")
     rows = latencies(folder)
     if not rows:
         raise SystemExit(f"pgbench logged no transaction: {errors.strip()}")
     quiet = [ms for ended, ms in rows if pgbench_started + WARM_UP_S <= ended < run_started]
     during = [ms for ended, ms in rows if run_started <= ended <= run_ended]
+    after = [ms for ended, ms in rows if run_ended < ended]
     server.drop(copy)
     by_step = {
         name: [ms for ended, ms in rows if start <= ended <= end] for name, start, end in steps
     }
-    return quiet, during, (success, elapsed, changed), by_step
+    return quiet, during, after, (success, elapsed, changed, wal_mb), by_step
+
+
+def seed_template(server: Server, template: str, scale: Scale, args) -> None:
+    server.create(template)
+    with server.connect(template) as conn:
+        seed(conn, scale, datetime.now(UTC))
+    if not args.without_indexes:
+        engine = create_san_engine(db_url(args.server_url, template))
+        create_recommended_indexes(engine)
+        engine.dispose()
+    with server.connect(template) as conn:
+        conn.execute("VACUUM ANALYZE")
 
 
 def main(argv=None) -> int:
@@ -207,6 +280,12 @@ def main(argv=None) -> int:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--quiet", type=float, default=30.0, help="seconds of app traffic alone")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--after",
+        type=float,
+        default=AFTER_S,
+        help="seconds of app traffic measured after the run (default: %(default)s)",
+    )
     parser.add_argument("--without-indexes", action="store_true")
     parser.add_argument(
         "--prefix", default=PREFIX, help="of the scratch databases (default: %(default)s)"
@@ -234,20 +313,24 @@ def main(argv=None) -> int:
         help="pgbench (the app's servers) at nice -10 and the run's process at nice 19, as if "
         "each were on a host of its own: what is left is the database's share (needs root)",
     )
+    parser.add_argument(
+        "--keep-template",
+        action="store_true",
+        help="keep the seeded template for the next call with this flag, and use one kept by "
+        "an earlier call (same --scale, --prefix and index choice: not checked)",
+    )
+    parser.add_argument(
+        "--sample-waits",
+        action="store_true",
+        help="sample what the app's backends wait on (pg_stat_activity) in each window",
+    )
     args = parser.parse_args(argv)
     server = Server(args.server_url, args.prefix)
     template = f"{args.prefix}_template"
     scale = Scale(args.scale)
     started = time.perf_counter()
-    server.create(template)
-    with server.connect(template) as conn:
-        seed(conn, scale, datetime.now(UTC))
-    if not args.without_indexes:
-        engine = create_san_engine(db_url(args.server_url, template))
-        create_recommended_indexes(engine)
-        engine.dispose()
-    with server.connect(template) as conn:
-        conn.execute("VACUUM ANALYZE")
+    if not (args.keep_template and server.exists(template)):
+        seed_template(server, template, scale, args)
     print(
         f"# app latency while healing: scale {args.scale} ({scale.scraps:,} scraps), "
         f"{'without' if args.without_indexes else 'with'} the recommended indexes, "
@@ -259,31 +342,38 @@ def main(argv=None) -> int:
     )
     script = Path(tempfile.mkdtemp(prefix="app_latency_")) / "san_app.sql"
     script.write_text(APP_SCRIPT.format(scraps=scale.scraps, users=scale.users))
-    all_quiet, all_during = [], []
+    all_quiet, all_during, all_after = [], [], []
     try:
         for repeat in range(1, args.repeats + 1):
-            quiet, during, (success, elapsed, changed), by_step = one_repeat(
+            quiet, during, after, (success, elapsed, changed, wal_mb), by_step = one_repeat(
                 server, template, args, script, script.parent
             )
             all_quiet += quiet
             all_during += during
+            all_after += after
             print(
                 f"repeat {repeat}: recovery_job {'success' if success else 'FAILED'} in "
-                f"{elapsed:.1f} s, {changed:,} targets healed (enqueued)"
+                f"{elapsed:.1f} s, {changed:,} targets healed (enqueued), {wal_mb:,.0f} MB of WAL "
+                "written meanwhile"
             )
             print(f"  quiet       {summary(quiet)}")
             print(f"  during run  {summary(during)}")
             for name, values in by_step.items():
                 print(f"    {name:28s} {summary(values)}")
+            print(f"  {args.after:.0f} s after {summary(after)}")
     finally:
         server.drop(f"{args.prefix}_run")
-        server.drop(template)
+        if not args.keep_template:
+            server.drop(template)
     print(f"all repeats: quiet      {summary(all_quiet)}")
     print(f"all repeats: during run {summary(all_during)}")
+    print(f"all repeats: after run  {summary(all_after)}")
     quiet_p99, during_p99 = percentile(all_quiet, 0.99), percentile(all_during, 0.99)
+    after_p99 = percentile(all_after, 0.99)
     print(
         f"quiet_p99_ms={quiet_p99:.2f} during_p99_ms={during_p99:.2f} "
-        f"ratio={during_p99 / quiet_p99:.2f}"
+        f"ratio={during_p99 / quiet_p99:.2f} after_p99_ms={after_p99:.2f} "
+        f"after_ratio={after_p99 / quiet_p99:.2f}"
     )
     return 0
 

@@ -86,6 +86,11 @@ class Server:
         self.run_db, self.empty_db = f"{prefix}_run", f"{prefix}_empty"
         self.templates = {mode: f"{prefix}_template_{mode}" for mode in ("noidx", "idx")}
 
+    def exists(self, name: str) -> bool:
+        return bool(
+            self.conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        )
+
     def drop(self, name: str) -> None:
         self.conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
