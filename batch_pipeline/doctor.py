@@ -257,6 +257,7 @@ def session_findings(conn) -> list[Finding]:
                 + " for each of its own transactions, so they change nothing it reads",
             )
         )
+    findings += wal_compression_findings(conn)
     if defaults.get("default_transaction_read_only") == "on":
         findings.append(
             Finding(
@@ -267,6 +268,21 @@ def session_findings(conn) -> list[Finding]:
             )
         )
     return findings
+
+
+def wal_compression_findings(conn) -> list[Finding]:
+    """Whether this role's writes compress their WAL (postgresql/session.py, COMPRESS_OUR_WAL)."""
+    if conn.dialect.name != "postgresql":
+        return []
+    compression = conn.execute(text("SHOW wal_compression")).scalar_one()  # this transaction's
+    if compression != "off":
+        return [Finding(True, f"batch_pipeline's writes compress their WAL ({compression})")]
+    what = (
+        "batch_pipeline's writes do not compress their WAL (wal_compression = off, and this role "
+        "may not set it): the app's commits flush about twice as much WAL during a run"
+    )
+    fix = "as a superuser (PostgreSQL 15+): deploy/postgres/grants.sql, or wal_compression = lz4"
+    return [Finding(True, what, fix, warning=True)]
 
 
 def dispatcher_findings(conn) -> list[Finding]:

@@ -178,6 +178,7 @@ def test_a_read_only_role_is_not_ready_names_the_grants_and_the_shipped_grants_f
             f"role {role} lacks: INSERT on jobs, UPDATE on jobs, INSERT on daily_summaries, USAGE "
             "on sequence" in report
         )
+        assert "batch_pipeline's writes do not compress their WAL" in report
         # the shipped grants, applied as the docs say, make the same role ready
         subprocess.run(
             [
@@ -196,6 +197,8 @@ def test_a_read_only_role_is_not_ready_names_the_grants_and_the_shipped_grants_f
         )
         code, report = doctor(reader_url, monkeypatch)
         assert "this role may read the SAN tables, write jobs and daily_summaries" in report
+        # run by a superuser, the grants also let the role compress its WAL
+        assert "batch_pipeline's writes compress their WAL (lz4)" in report
         assert code == 0, report
     finally:
         with pg_db.engine.begin() as conn:

@@ -48,10 +48,10 @@ AREAS = [recovery.area for recovery in RECOVERIES]
 TARGET_RECOVERIES = [recovery for recovery in RECOVERIES if isinstance(recovery, TargetRecovery)]
 # Per-run caps lifted for the measurement; the rules are the design's defaults.
 LIFTED = {"max_enqueue_per_run": MAX_JOBS_PER_RUN}
-# The work itself, against the baseline's SQL: without the pauses between write batches that
-# leave the app its latency (san/limits.py, BATCH_PAUSE_RATIO; bench/app_latency.py measures
-# them).
-BACK_TO_BACK = {**LIFTED, "batch_pause_ratio": 0}
+# The work itself, against the baseline's SQL: 5,000-row batches without the pauses between
+# them that leave the app its latency (san/limits.py, the defaults; bench/app_latency.py
+# measures those), as every earlier figure of this benchmark was taken.
+BACK_TO_BACK = {**LIFTED, "batch_size": 5_000, "batch_pause_ratio": 0}
 
 
 def median(values):

@@ -3,16 +3,16 @@ wait. Plain values, depended on by the dialects and everything above them."""
 
 from dataclasses import dataclass
 
-# Rows per write transaction: small enough that a batch holds its locks briefly, large enough
-# that a round trip is amortised (docs/benchmarks.md, "Figures behind the code").
-BATCH_SIZE = 5_000
+# Rows per write transaction, and after each one a pause of BATCH_PAUSE_RATIO times its own
+# duration before the next. The app's commits flush the WAL our batches wrote before their
+# own: small batches with rests keep the app's p99 during a recovery run within 2x its quiet
+# p99, where 5,000-row batches back to back made it 3.5x; a run's writes take about four
+# times as long (docs/benchmarks.md, "The app's latency while batch_pipeline heals"). An
+# operator healing a backlog on a quiet database may set 5,000 and 0.
+BATCH_SIZE = 500
+BATCH_PAUSE_RATIO = 3.0
 LOCK_TIMEOUT_MS = 5_000
 STATEMENT_TIMEOUT_MS = 120_000
-# After each write batch, a pause of this many times the batch's own duration before the next,
-# for a database whose app feels our writes (its commits flush the WAL our batches wrote). Off
-# by default: it lowered the app's p99 during a run a little and doubled the run's time
-# (docs/benchmarks.md, "The app's latency while batch_pipeline heals").
-BATCH_PAUSE_RATIO = 0.0
 
 
 @dataclass(frozen=True)

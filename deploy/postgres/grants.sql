@@ -18,3 +18,11 @@ SELECT format('GRANT USAGE ON SCHEMA %I TO %I', current_schema(), :'role') \gexe
 SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', pg_get_serial_sequence(t, 'id'), :'role')
   FROM unnest(ARRAY['jobs', 'daily_summaries']) AS t
   WHERE pg_get_serial_sequence(t, 'id') IS NOT NULL \gexec
+
+-- Optional, PostgreSQL 15 and later, run by a superuser (by anyone else this does nothing):
+-- let the role compress the WAL of its own writes with lz4. A recovery run's WAL is mostly
+-- full-page images, and the app's commits wait to flush it (docs/benchmarks.md, "The app's
+-- latency while batch_pipeline heals"). `doctor` says whether the role's writes compress it.
+SELECT format('GRANT SET ON PARAMETER wal_compression TO %I', :'role')
+  WHERE current_setting('server_version_num')::int >= 150000
+    AND (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) \gexec

@@ -1,5 +1,6 @@
 """PostgreSQL sessions: the settings every transaction reads values with, whatever the role's
-defaults; the write lock that serialises batch_pipeline's writers; no parallel workers."""
+defaults; the write lock that serialises batch_pipeline's writers; no parallel workers, early
+writeback."""
 
 import pytest
 from sqlalchemy import select, text
@@ -57,20 +58,70 @@ def test_the_write_lock_serialises_batch_pipelines_writers_only(pg_db):
         )
 
 
-def test_every_transaction_leaves_the_cores_to_the_app(pg_db):
-    """No parallel workers for any query of batch_pipeline, whatever the server's default:
-    they would take the app's cores (docs/benchmarks.md, "The app's latency while
-    batch_pipeline heals")."""
-    engine = create_san_engine(
-        with_session_defaults(pg_db.url, "-cmax_parallel_workers_per_gather=4")
-    )
+@pytest.mark.parametrize(
+    "name, server_default, ours",
+    [
+        # parallel workers would take the app's cores
+        ("max_parallel_workers_per_gather", "4", "0"),
+        # pages our batches write out go to the disk as we go, not in a burst later (in 8 kB)
+        ("backend_flush_after", "0", "32"),
+    ],
+)
+def test_every_transaction_leaves_the_app_its_cores_and_its_disk(pg_db, name, server_default, ours):
+    """Whatever the role's or the server's default, every transaction of batch_pipeline runs
+    without parallel workers and writes back what it dirties as it goes (docs/benchmarks.md,
+    "The app's latency while batch_pipeline heals")."""
+    engine = create_san_engine(with_session_defaults(pg_db.url, f"-c{name}={server_default}"))
     try:
         with engine.connect() as conn:
             default = conn.execute(
-                text("SELECT reset_val FROM pg_settings WHERE name = :name"),
-                {"name": "max_parallel_workers_per_gather"},
+                text("SELECT reset_val FROM pg_settings WHERE name = :name"), {"name": name}
             ).scalar_one()
-            inside = conn.execute(text("SHOW max_parallel_workers_per_gather")).scalar_one()
-        assert (default, inside) == ("4", "0")
+            inside = conn.execute(
+                text("SELECT setting FROM pg_settings WHERE name = :name"), {"name": name}
+            ).scalar_one()
+        assert (default, inside) == (server_default, ours)
     finally:
         engine.dispose()
+
+
+def wal_compression_inside(url: str) -> str:
+    engine = create_san_engine(url)
+    try:
+        with engine.begin() as conn:
+            return conn.execute(text("SHOW wal_compression")).scalar_one()
+    finally:
+        engine.dispose()
+
+
+def test_a_role_that_may_compresses_its_wal_and_one_that_may_not_writes_as_before(pg_db):
+    """lz4 for the full-page images of batch_pipeline's writes where the role may set it (a
+    superuser, or `GRANT SET ON PARAMETER wal_compression`, as deploy/postgres/grants.sql gives
+    when a superuser runs it); a role that may not writes with the server's setting, and a
+    server that compresses already keeps its own choice."""
+    import uuid
+
+    from sqlalchemy.engine import make_url
+
+    assert wal_compression_inside(pg_db.url) == "lz4"  # the tests' role is a superuser
+    assert wal_compression_inside(with_session_defaults(pg_db.url, "-cwal_compression=zstd")) == (
+        "zstd"
+    )
+    role = f"bp_writer_{uuid.uuid4().hex[:8]}"
+    schema = make_url(pg_db.url).query["options"].split("=")[1]
+    with pg_db.engine.begin() as conn:
+        conn.execute(text(f"CREATE ROLE {role} LOGIN"))
+        conn.execute(text(f"GRANT USAGE ON SCHEMA {schema} TO {role}"))
+        conn.execute(
+            text(f"GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA {schema} TO {role}")
+        )
+    try:
+        writer = make_url(pg_db.url).set(username=role).render_as_string(hide_password=False)
+        assert wal_compression_inside(writer) == "off"
+        with pg_db.engine.begin() as conn:
+            conn.execute(text(f"GRANT SET ON PARAMETER wal_compression TO {role}"))
+        assert wal_compression_inside(writer) == "lz4"
+    finally:
+        with pg_db.engine.begin() as conn:
+            conn.execute(text(f"DROP OWNED BY {role}"))
+            conn.execute(text(f"DROP ROLE {role}"))
