@@ -148,9 +148,10 @@ def test_the_explain_benchmark_indexes_a_history_and_tells_the_whole_story():
     assert any(line.startswith("python -m batch_pipeline explain scrap 7") for line in lines)
 
 
-def test_the_app_latency_benchmark_runs_and_counts_both_windows(capsys):
-    """bench/app_latency.py at a toy scale with real pgbench: both windows hold transactions
-    and the run succeeded (no latency is asserted)."""
+def test_the_app_latency_benchmark_runs_and_counts_every_window(capsys):
+    """bench/app_latency.py at a toy scale with real pgbench: the quiet, during and after
+    windows hold transactions, the run succeeded, its WAL and the app's waits are printed (no
+    latency is asserted)."""
     if shutil.which("pgbench") is None:
         pytest.fail("pgbench is missing: it comes with PostgreSQL's client package")
     assert (
@@ -162,6 +163,9 @@ def test_the_app_latency_benchmark_runs_and_counts_both_windows(capsys):
                 "1",
                 "--quiet",
                 "7",
+                "--after",
+                "3",
+                "--sample-waits",
                 "--server-url",
                 pg_admin_url(),
                 "--prefix",
@@ -171,10 +175,16 @@ def test_the_app_latency_benchmark_runs_and_counts_both_windows(capsys):
         == 0
     )
     out = capsys.readouterr().out
-    assert "recovery_job success" in out, out
-    quiet, during = re.findall(r"^  (?:quiet|during run) +(\d+) tx", out, re.M)
-    assert int(quiet) > 0 and int(during) > 0, out
-    assert re.search(r"^quiet_p99_ms=\d+\.\d\d during_p99_ms=\d+\.\d\d ratio=\d+\.\d\d$", out, re.M)
+    assert re.search(r"recovery_job success in .* targets healed \(enqueued\), \d+ MB of WAL", out)
+    quiet, during, after = re.findall(r"^  (?:quiet|during run|3 s after) +(\d+) tx", out, re.M)
+    assert int(quiet) > 0 and int(during) > 0 and int(after) > 0, out
+    assert re.search(r"^  app waits, quiet: .*samples", out, re.M), out
+    assert re.search(
+        r"^quiet_p99_ms=\d+\.\d\d during_p99_ms=\d+\.\d\d ratio=\d+\.\d\d "
+        r"after_p99_ms=\d+\.\d\d after_ratio=\d+\.\d\d$",
+        out,
+        re.M,
+    )
 
 
 def test_the_metrics_scrape_benchmark_times_a_reading_with_and_without_the_indexes():

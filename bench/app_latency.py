@@ -78,7 +78,7 @@ COMMIT;
 """
 # the WAL written while the run ran (the app's share is small: 150 transactions a second)
 WAL_POSITION = "SELECT pg_current_wal_insert_lsn()"
-WAL_SINCE = "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)"
+WAL_SINCE = "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)::bigint"
 # the first seconds of the app's traffic on a fresh copy: connections, cold pages
 WARM_UP_S = 5.0
 # after the run: the app's traffic on, its own window: the kernel writes back what the run left
