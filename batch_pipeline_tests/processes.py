@@ -131,9 +131,21 @@ def run_status(port: int, run_id: str) -> str | None:
     try:
         return graphql_client(port).get_run_status(run_id).value
     except DagsterGraphQLClientError as error:
-        if "Connection aborted" in str(error) or "Connection refused" in str(error):
+        if connection_dropped(error):
             return None
         raise
+
+
+def connection_dropped(error: BaseException | None) -> bool:
+    """Whether `error`, or one it was raised from, is a refused or aborted connection: the
+    client wraps the connection's error in one whose message does not say so."""
+    while error is not None:
+        if isinstance(error, ConnectionError) or any(
+            words in str(error) for words in ("Connection aborted", "Connection refused")
+        ):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def wait_for_status(port: int, run_id: str, statuses, timeout_s: float) -> str:
