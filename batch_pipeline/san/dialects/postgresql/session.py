@@ -66,22 +66,20 @@ def create_engine(url: URL) -> Engine:
             "prepare_threshold": None,
         },
     )
-    compress_wal = []
+    begin_statement = [BEGIN_SETTINGS]  # what each transaction starts with, decided below
 
     @event.listens_for(engine, "first_connect")
     def _first_connect(dbapi_connection, _record):
         # the role and the server are the same for every connection of the engine (a pooler's
-        # too), so one look decides for all of them
+        # too), so one look decides for all of them, once
         with dbapi_connection.cursor() as cursor:
-            compress_wal.append(may_compress_wal(cursor))
+            if may_compress_wal(cursor):
+                begin_statement[0] = BEGIN_SETTINGS + ", " + _set_config_calls(COMPRESS_OUR_WAL)
         dbapi_connection.rollback()
 
     @event.listens_for(engine, "begin")
     def _begin(conn):
-        settings = BEGIN_SETTINGS
-        if compress_wal and compress_wal[0]:
-            settings += ", " + _set_config_calls(COMPRESS_OUR_WAL)
-        conn.exec_driver_sql(settings)
+        conn.exec_driver_sql(begin_statement[0])
 
     return engine
 
