@@ -17,7 +17,12 @@ def shifted(dialect: str, column: str) -> str:
     if dialect == "postgresql":
         return f"{column} - make_interval(secs => :seconds)"
     # SQLite keeps 'YYYY-MM-DD HH:MM:SS.ffffff' text: shift the whole seconds, keep the fraction.
-    shifted_seconds = f"strftime('%Y-%m-%d %H:%M:%S', {column}, '-' || :seconds || ' seconds')"
+    # The fraction is cut before strftime sees it: SQLite keeps milliseconds, so it would round
+    # .9995 s and above up into the next second.
+    whole_seconds = f"substr({column}, 1, 19)"
+    shifted_seconds = (
+        f"strftime('%Y-%m-%d %H:%M:%S', {whole_seconds}, '-' || :seconds || ' seconds')"
+    )
     return f"{shifted_seconds} || substr({column}, 20)"
 
 

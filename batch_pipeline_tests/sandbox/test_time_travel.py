@@ -1,9 +1,9 @@
 """Time travel ages every SAN timestamp by the same amount, and only in a sandbox."""
 
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import select, text, update
 
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.tables import scraps
@@ -42,6 +42,21 @@ def test_every_timestamp_moves_back_by_the_same_amount_and_nulls_stay_null(sandb
     assert after.keys() == before.keys()
     for key, value in before.items():
         assert after[key] == (None if value is None else value - timedelta(hours=2, seconds=1)), key
+
+
+def test_a_fraction_just_under_a_second_moves_back_by_the_same_amount(sandbox):
+    save_scraps(sandbox.engine, Dispatcher(), count=1, users=1)
+    almost_a_second = datetime(2026, 12, 3, 15, 50, 30, 999778, tzinfo=UTC)
+    with sandbox.engine.begin() as conn:
+        conn.execute(update(scraps).values(created_at=almost_a_second))
+
+    age_database(sandbox.engine, timedelta(hours=2, seconds=1))
+
+    with sandbox.engine.connect() as conn:
+        moved = conn.execute(select(scraps.c.created_at)).scalar_one()
+    if moved.tzinfo is None:
+        moved = moved.replace(tzinfo=UTC)
+    assert moved == almost_a_second - timedelta(hours=2, seconds=1)
 
 
 def test_time_travel_refuses_a_database_that_is_not_a_sandbox(san_db):
