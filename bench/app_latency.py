@@ -2,23 +2,27 @@
 pgbench at a fixed rate, quiet and during a recovery_job run.
 
 Seeds a scratch database at `--scale` (bench/seed.py, the app's DDL; the recommended indexes
-unless `--without-indexes`) and keeps it as a template. Then, `--repeats` times on a fresh copy:
-pgbench plays the app (APP_SCRIPT: a user opens a scrap with its card, saves a new scrap with
-its refine job, a worker claims, refines and completes it) at `--rate` transactions per second
-from `--clients` clients; after `--quiet` seconds a recovery_job starts (in a process of its
-own through Dagster, the per-run caps lifted as in `bench`, so it heals every target at once);
-pgbench runs on for as long as the run and `--after` seconds more. Every transaction's latency
-(pgbench's per-transaction log, measured from its scheduled start, as a user waits) is put in
-the window it ended in: quiet (before the run), during the run, or after it (the kernel writes
-back what a run left dirty in the page cache up to 30 s later, and the app feels that too).
-Prints, per repeat and over all: p50, p99 and max of each window (during the run also per op),
-the run's seconds, targets healed and the WAL written meanwhile; the last line is
+unless `--without-indexes`) and keeps it as a template. Then, `--repeats` times on a fresh copy
+(copied file by file, and the disk left to settle before anything is timed): pgbench plays the
+app (APP_SCRIPT: a user opens a scrap with its card, saves a new scrap with its refine job, a
+worker claims, refines and completes it) at `--rate` transactions per second from `--clients`
+clients; after `--quiet` seconds a recovery_job starts (in a process of its own through Dagster,
+the per-run caps lifted as in `bench`, so it heals every target at once); pgbench runs on for as
+long as the run and `--after` seconds more. Every transaction's latency (pgbench's
+per-transaction log, measured from its scheduled start, as a user waits) is put in the window it
+ended in: quiet (before the run), during the run, or after it (the kernel writes back what a run
+left dirty in the page cache up to 30 s later, and the app feels that too). Prints, per repeat
+and over all: p50, p99 and max of each window (during the run also per op), the share of the
+machine's CPU the host stole meanwhile (other guests of a shared host: a repeat with over 5 % is
+called out), the run's seconds, targets healed and the WAL written meanwhile; the last line is
 machine-readable:
 
     quiet_p99_ms=Q during_p99_ms=D ratio=R after_p99_ms=A after_ratio=R2
 
 `--sample-waits` also prints what the app's backends waited on in each window
-(pg_stat_activity, every 10 ms; the sampling costs the app a little latency of its own).
+(pg_stat_activity, every 10 ms; the sampling costs the app a little latency of its own), and
+what the run's sessions were doing while the app's slow transactions (over twice the quiet
+p99) ran, against the share of the run each thing took: where the app's tail comes from.
 `--keep-template` keeps the seeded template for the next call with the flag (seeding scale 1
 takes a minute and a half).
 `--parallel-workers N` replays the code with N parallel workers per query of the run (0 is what
@@ -79,11 +83,19 @@ COMMIT;
 # the WAL written while the run ran (the app's share is small: 150 transactions a second)
 WAL_POSITION = "SELECT pg_current_wal_insert_lsn()"
 WAL_SINCE = "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)::bigint"
+# the app's traffic alone before the run: its p99 is the ~80th slowest of ~8,000 transactions,
+# where 30 s made it the ~37th and one stall of the host's disk could set it
+QUIET_S = 60.0
 # the first seconds of the app's traffic on a fresh copy: connections, cold pages
 WARM_UP_S = 5.0
 # after the run: the app's traffic on, its own window: the kernel writes back what the run left
 # dirty in the page cache up to vm.dirty_expire_centisecs (30 s) later, and the app feels that too
 AFTER_S = 40.0
+# before each repeat's quiet window, the disk gets this long to write out what came before
+SETTLE_AT_MOST_S = 60
+SETTLED_MB_PER_S = 1
+# a window with more of the CPU stolen by the host (other guests) is called out as noisy
+NOISY_STEAL = 0.05
 # pgbench's duration is fixed up front: the quiet window plus what a run may take at most
 RUN_BUDGET_S = 600
 
@@ -124,23 +136,32 @@ def one_recovery_run(
 class WaitSampler(threading.Thread):
     """What the app's backends are doing, sampled every SAMPLE_EVERY_S: (time, wait) for each
     pgbench backend inside a statement, wait as pg_stat_activity names it ('CPU' when it names
-    none: running or waiting for a core)."""
+    none: running or waiting for a core); and what the run's sessions are doing at the same
+    moments (`run_doing`), to say what the app's slow transactions overlapped."""
 
     SAMPLE_EVERY_S = 0.01
+    SAMPLE = (
+        "SELECT application_name, wait_event_type, wait_event, left(query, 60)"
+        " FROM pg_stat_activity WHERE state = 'active'"
+        " AND application_name IN ('pgbench', 'batch_pipeline')"
+    )
 
     def __init__(self, conninfo: dict):
         super().__init__(daemon=True)
         self.conninfo, self.samples, self.stop = conninfo, [], threading.Event()
+        self.run_doing: list[tuple[float, str]] = []
 
     def run(self) -> None:
         with psycopg.connect(**self.conninfo, autocommit=True) as conn:
             while not self.stop.is_set():
-                now = time.time()
-                for wait_type, wait in conn.execute(
-                    "SELECT wait_event_type, wait_event FROM pg_stat_activity"
-                    " WHERE application_name = 'pgbench' AND state = 'active'"
-                ):
-                    self.samples.append((now, f"{wait_type}:{wait}" if wait_type else "CPU"))
+                now, run_doing = time.time(), []
+                for application, wait_type, wait, query in conn.execute(self.SAMPLE):
+                    wait = f"{wait_type}:{wait}" if wait_type else "CPU"
+                    if application == "pgbench":
+                        self.samples.append((now, wait))
+                    else:
+                        run_doing.append(f"{statement_kind(query)} ({wait})")
+                self.run_doing.append((now, " + ".join(sorted(run_doing)) or "nothing"))
                 time.sleep(self.SAMPLE_EVERY_S)
 
     def shares(self, start: float, end: float) -> str:
@@ -151,6 +172,69 @@ class WaitSampler(threading.Thread):
         busy = total * self.SAMPLE_EVERY_S / max(end - start, 1e-9)
         shares = ", ".join(f"{wait} {n / max(total, 1):.0%}" for wait, n in counted.most_common(6))
         return f"{shares} ({total} samples, {busy:.2f} backends busy on average)"
+
+    def overlapped(self, slow: list[tuple[float, float]], start: float, end: float) -> str:
+        """What the run's sessions were doing while the slow transactions ((ended at, ms)) ran,
+        against the share of [start, end) they spent doing it."""
+        doing = [(at, what) for at, what in self.run_doing if start <= at < end]
+        base = Counter(what for _, what in doing)
+        during_slow: Counter = Counter()
+        for ended, ms in slow:
+            during_slow.update({what for at, what in doing if ended - ms / 1000 <= at <= ended})
+        lines = [
+            f"{what}: in {n / max(len(slow), 1):.0%} of them, {base[what] / max(len(doing), 1):.0%}"
+            " of the run's time"
+            for what, n in during_slow.most_common(8)
+        ]
+        return "\n      ".join(lines) or "no sample"
+
+
+def statement_kind(query: str) -> str:
+    """A run's statement by its first words: 'COMMIT', 'SELECT pg_sleep', 'INSERT INTO jobs'."""
+    words = " ".join(query.split()).split(" ")
+    return " ".join(words[:3] if words[0].upper() in ("INSERT", "UPDATE", "WITH") else words[:2])
+
+
+def disk_sectors_written() -> int:
+    """Sectors written to this machine's disks so far (/proc/diskstats: whole disks and
+    partitions alike, so only the difference between two readings means anything)."""
+    return sum(
+        int(fields[9])
+        for fields in (line.split() for line in Path("/proc/diskstats").read_text().splitlines())
+        if len(fields) > 9
+    )
+
+
+def settle_the_disk() -> None:
+    """Wait until the disk is quiet (a second with under SETTLED_MB_PER_S written, at most
+    SETTLE_AT_MOST_S): a new copy, the last repeat's dropped database and its WAL are written
+    out, trimmed and deleted before the quiet window starts, not in it."""
+    os.sync()
+    deadline = time.monotonic() + SETTLE_AT_MOST_S
+    before = disk_sectors_written()
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        now = disk_sectors_written()
+        if (now - before) * 512 < SETTLED_MB_PER_S * 1e6:
+            return
+        before = now
+
+
+class StealMeter:
+    """The share of the machine's CPU time a hypervisor gave other guests (steal, /proc/stat)
+    between marks: on a shared host it comes and goes, and a window with much of it measures
+    the host, not the run (the app's p99 went from 3 to 50 ms in a quiet window with 30 %)."""
+
+    def __init__(self):
+        self.marks: dict[str, tuple[int, int]] = {}
+
+    def mark(self, name: str) -> None:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        self.marks[name] = (sum(fields), fields[7])  # user … steal; guest is within user
+
+    def share(self, start: str, end: str) -> float:
+        (total_0, steal_0), (total_1, steal_1) = self.marks[start], self.marks[end]
+        return (steal_1 - steal_0) / max(total_1 - total_0, 1)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -184,6 +268,7 @@ def one_repeat(
 ) -> tuple[list, list, list, tuple, dict]:
     copy = f"{args.prefix}_run"
     server.create(copy, template=template)
+    settle_the_disk()
     url = db_url(args.server_url, copy)
     conninfo = psycopg_conninfo(url)
     for old in folder.glob("app.*"):
@@ -225,14 +310,20 @@ def one_repeat(
     sampler = WaitSampler(conninfo) if args.sample_waits else None
     if sampler:
         sampler.start()
-    time.sleep(args.quiet)
+    steal = StealMeter()
+    time.sleep(WARM_UP_S)
+    steal.mark("quiet")
+    time.sleep(max(args.quiet - WARM_UP_S, 0))
     with psycopg.connect(**conninfo, autocommit=True) as conn:
         wal_before = conn.execute(WAL_POSITION).fetchone()[0]
+        steal.mark("during")
         go.set()
         run_started, run_ended, success, elapsed, changed, steps = results.get(timeout=RUN_BUDGET_S)
+        steal.mark("after")
         wal_mb = conn.execute(WAL_SINCE, (wal_before,)).fetchone()[0] / 1e6
     run.join()
     time.sleep(args.after)
+    steal.mark("end")
     pgbench.terminate()  # its logs end with the line it was writing: latencies() drops it
     _, errors = pgbench.communicate(timeout=60)
     if sampler:
@@ -248,12 +339,22 @@ def one_repeat(
         raise SystemExit(f"pgbench logged no transaction: {errors.strip()}")
     quiet = [ms for ended, ms in rows if pgbench_started + WARM_UP_S <= ended < run_started]
     during = [ms for ended, ms in rows if run_started <= ended <= run_ended]
+    if sampler and quiet:
+        slow_after = 2 * percentile(quiet, 0.99)
+        slow = [(ended, ms) for ended, ms in rows if run_started <= ended <= run_ended]
+        slow = [(ended, ms) for ended, ms in slow if ms > slow_after]
+        print(
+            f"  {len(slow)} app transactions over {slow_after:.1f} ms (2x quiet p99) during the "
+            f"run; the run's sessions were meanwhile doing:\n      "
+            + sampler.overlapped(slow, run_started, run_ended)
+        )
     after = [ms for ended, ms in rows if run_ended < ended]
     server.drop(copy)
     by_step = {
         name: [ms for ended, ms in rows if start <= ended <= end] for name, start, end in steps
     }
-    return quiet, during, after, (success, elapsed, changed, wal_mb), by_step
+    stolen = [steal.share(*window) for window in (("quiet", "during"), ("during", "after"))]
+    return quiet, during, after, (success, elapsed, changed, wal_mb, stolen), by_step
 
 
 def seed_template(server: Server, template: str, scale: Scale, args) -> None:
@@ -278,7 +379,12 @@ def main(argv=None) -> int:
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--rate", type=float, default=150.0, help="app transactions per second")
     parser.add_argument("--clients", type=int, default=4)
-    parser.add_argument("--quiet", type=float, default=30.0, help="seconds of app traffic alone")
+    parser.add_argument(
+        "--quiet",
+        type=float,
+        default=QUIET_S,
+        help="seconds of app traffic alone (default: %(default)s)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--after",
@@ -342,10 +448,10 @@ def main(argv=None) -> int:
     )
     script = Path(tempfile.mkdtemp(prefix="app_latency_")) / "san_app.sql"
     script.write_text(APP_SCRIPT.format(scraps=scale.scraps, users=scale.users))
-    all_quiet, all_during, all_after = [], [], []
+    all_quiet, all_during, all_after, noisy = [], [], [], []
     try:
         for repeat in range(1, args.repeats + 1):
-            quiet, during, after, (success, elapsed, changed, wal_mb), by_step = one_repeat(
+            quiet, during, after, (success, elapsed, changed, wal_mb, stolen), by_step = one_repeat(
                 server, template, args, script, script.parent
             )
             all_quiet += quiet
@@ -356,8 +462,10 @@ def main(argv=None) -> int:
                 f"{elapsed:.1f} s, {changed:,} targets healed (enqueued), {wal_mb:,.0f} MB of WAL "
                 "written meanwhile"
             )
-            print(f"  quiet       {summary(quiet)}")
-            print(f"  during run  {summary(during)}")
+            print(f"  quiet       {summary(quiet)}  steal {stolen[0]:4.0%}")
+            print(f"  during run  {summary(during)}  steal {stolen[1]:4.0%}")
+            if max(stolen) > NOISY_STEAL:
+                noisy.append(repeat)
             for name, values in by_step.items():
                 print(f"    {name:28s} {summary(values)}")
             print(f"  {args.after:.0f} s after {summary(after)}")
@@ -365,6 +473,11 @@ def main(argv=None) -> int:
         server.drop(f"{args.prefix}_run")
         if not args.keep_template:
             server.drop(template)
+    if noisy:
+        print(
+            f"# repeats {', '.join(map(str, noisy))}: over {NOISY_STEAL:.0%} of the CPU time stolen"
+            " by the host in a window: those figures measure the host as much as the run"
+        )
     print(f"all repeats: quiet      {summary(all_quiet)}")
     print(f"all repeats: during run {summary(all_during)}")
     print(f"all repeats: after run  {summary(all_after)}")
