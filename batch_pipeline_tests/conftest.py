@@ -193,6 +193,25 @@ class SanDb:
         with self.engine.connect() as conn:
             return conn.execute(select(daily_summaries).order_by(daily_summaries.c.id)).all()
 
+    @contextmanager
+    def role(self, prefix: str, table_privileges: str) -> Iterator[tuple[str, str]]:
+        """A throw-away login role (PostgreSQL) with `table_privileges` on this database's SAN
+        tables: (its name, a URL connecting as it), dropped with whatever it was granted."""
+        role = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        schema = make_url(self.url).query["options"].split("=")[1]
+        with self.engine.begin() as conn:
+            conn.execute(text(f"CREATE ROLE {role} LOGIN"))
+            conn.execute(text(f"GRANT USAGE ON SCHEMA {schema} TO {role}"))
+            conn.execute(
+                text(f"GRANT {table_privileges} ON ALL TABLES IN SCHEMA {schema} TO {role}")
+            )
+        try:
+            yield role, make_url(self.url).set(username=role).render_as_string(hide_password=False)
+        finally:
+            with self.engine.begin() as conn:
+                conn.execute(text(f"DROP OWNED BY {role}"))
+                conn.execute(text(f"DROP ROLE {role}"))
+
 
 def make_sqlite_db(tmp_path: Path) -> SanDb:
     url = f"sqlite:///{tmp_path / 'san.sqlite'}"

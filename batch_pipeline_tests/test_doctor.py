@@ -159,19 +159,11 @@ def test_a_timestamp_without_time_zone_is_refused_by_name(pg_db, monkeypatch):
 def test_a_read_only_role_is_not_ready_names_the_grants_and_the_shipped_grants_fix_it(
     pg_db, monkeypatch
 ):
-    import uuid
-
     from sqlalchemy.engine import make_url
 
     create_recommended_indexes(pg_db.engine)
-    role = f"bp_reader_{uuid.uuid4().hex[:8]}"
     schema = make_url(pg_db.url).query["options"].split("=")[1]
-    with pg_db.engine.begin() as conn:
-        conn.execute(text(f"CREATE ROLE {role} LOGIN"))
-        conn.execute(text(f"GRANT USAGE ON SCHEMA {schema} TO {role}"))
-        conn.execute(text(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}"))
-    try:
-        reader_url = make_url(pg_db.url).set(username=role).render_as_string(hide_password=False)
+    with pg_db.role("bp_reader", "SELECT") as (role, reader_url):
         code, report = doctor(reader_url, monkeypatch)
         assert code == 1 and report.endswith("not ready")
         assert (
@@ -200,10 +192,6 @@ def test_a_read_only_role_is_not_ready_names_the_grants_and_the_shipped_grants_f
         # run by a superuser, the grants also let the role compress its WAL
         assert "batch_pipeline's writes compress their WAL (lz4)" in report
         assert code == 0, report
-    finally:
-        with pg_db.engine.begin() as conn:
-            conn.execute(text(f"DROP OWNED BY {role}"))
-            conn.execute(text(f"DROP ROLE {role}"))
 
 
 def test_odd_session_defaults_are_a_note_not_a_traceback_and_a_read_only_role_is_named(

@@ -99,29 +99,12 @@ def test_a_role_that_may_compresses_its_wal_and_one_that_may_not_writes_as_befor
     superuser, or `GRANT SET ON PARAMETER wal_compression`, as deploy/postgres/grants.sql gives
     when a superuser runs it); a role that may not writes with the server's setting, and a
     server that compresses already keeps its own choice."""
-    import uuid
-
-    from sqlalchemy.engine import make_url
-
     assert wal_compression_inside(pg_db.url) == "lz4"  # the tests' role is a superuser
     assert wal_compression_inside(with_session_defaults(pg_db.url, "-cwal_compression=zstd")) == (
         "zstd"
     )
-    role = f"bp_writer_{uuid.uuid4().hex[:8]}"
-    schema = make_url(pg_db.url).query["options"].split("=")[1]
-    with pg_db.engine.begin() as conn:
-        conn.execute(text(f"CREATE ROLE {role} LOGIN"))
-        conn.execute(text(f"GRANT USAGE ON SCHEMA {schema} TO {role}"))
-        conn.execute(
-            text(f"GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA {schema} TO {role}")
-        )
-    try:
-        writer = make_url(pg_db.url).set(username=role).render_as_string(hide_password=False)
+    with pg_db.role("bp_writer", "SELECT, INSERT, UPDATE") as (role, writer):
         assert wal_compression_inside(writer) == "off"
         with pg_db.engine.begin() as conn:
             conn.execute(text(f"GRANT SET ON PARAMETER wal_compression TO {role}"))
         assert wal_compression_inside(writer) == "lz4"
-    finally:
-        with pg_db.engine.begin() as conn:
-            conn.execute(text(f"DROP OWNED BY {role}"))
-            conn.execute(text(f"DROP ROLE {role}"))
