@@ -179,8 +179,10 @@ def test_the_app_latency_benchmark_runs_and_counts_every_window(capsys):
     quiet, during, after = re.findall(r"^  (?:quiet|during run|3 s after) +(\d+) tx", out, re.M)
     assert int(quiet) > 0 and int(during) > 0 and int(after) > 0, out
     assert re.search(r"^  app waits, quiet: .*samples", out, re.M), out
-    assert re.search(r"^  quiet .* steal +\d+%$", out, re.M), out
-    assert re.search(r"^  during run .* steal +\d+%$", out, re.M), out
+    for window in ("quiet", "during run", "3 s after"):
+        assert re.search(
+            rf"^  {window} .* steal +\d+%  disk +\d+\.\d\d ms per write$", out, re.M
+        ), out
     assert re.search(
         r"app transactions over \d+\.\d ms \(2x quiet p99\) during the run; the run's sessions",
         out,

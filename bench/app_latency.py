@@ -14,7 +14,8 @@ ended in: quiet (before the run), during the run, or after it (the kernel writes
 left dirty in the page cache up to 30 s later, and the app feels that too). Prints, per repeat
 and over all: p50, p99 and max of each window (during the run also per op), the share of the
 machine's CPU the host stole meanwhile (other guests of a shared host: a repeat with over 5 % is
-called out), the run's seconds, targets healed and the WAL written meanwhile; the last line is
+called out) and the disks' mean time per write (a stalling disk of the host shows there), the
+run's seconds, targets healed and the WAL written meanwhile; the last line is
 machine-readable:
 
     quiet_p99_ms=Q during_p99_ms=D ratio=R after_p99_ms=A after_ratio=R2
@@ -220,21 +221,38 @@ def settle_the_disk() -> None:
         before = now
 
 
-class StealMeter:
-    """The share of the machine's CPU time a hypervisor gave other guests (steal, /proc/stat)
-    between marks: on a shared host it comes and goes, and a window with much of it measures
-    the host, not the run (the app's p99 went from 3 to 50 ms in a quiet window with 30 %)."""
+class HostMeter:
+    """What the host did to the machine between marks: the share of CPU time a hypervisor gave
+    other guests (steal, /proc/stat), and how long the disks took per write (/proc/diskstats,
+    whole disks). On a shared host both come and go, and a window with much of either
+    measures the host, not the run (the app's p99 went from 3 to 50 ms in a quiet window with
+    30 % steal, and to 200 ms in one where the disk stalled)."""
 
     def __init__(self):
-        self.marks: dict[str, tuple[int, int]] = {}
+        self.marks: dict[str, tuple[int, int, int, int]] = {}
 
     def mark(self, name: str) -> None:
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-        self.marks[name] = (sum(fields), fields[7])  # user … steal; guest is within user
+        cpu = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        disks = {path.name for path in Path("/sys/block").iterdir()} - VIRTUAL_DISKS
+        writes = write_ms = 0
+        for fields in (line.split() for line in Path("/proc/diskstats").read_text().splitlines()):
+            if len(fields) > 10 and fields[2] in disks:
+                writes, write_ms = writes + int(fields[7]), write_ms + int(fields[10])
+        # user … steal (guest is within user), writes completed, milliseconds spent writing
+        self.marks[name] = (sum(cpu), cpu[7], writes, write_ms)
 
-    def share(self, start: str, end: str) -> float:
-        (total_0, steal_0), (total_1, steal_1) = self.marks[start], self.marks[end]
-        return (steal_1 - steal_0) / max(total_1 - total_0, 1)
+    def steal(self, start: str, end: str) -> float:
+        (cpu_0, steal_0, *_), (cpu_1, steal_1, *_) = self.marks[start], self.marks[end]
+        return (steal_1 - steal_0) / max(cpu_1 - cpu_0, 1)
+
+    def describe(self, start: str, end: str) -> str:
+        (*_, writes_0, ms_0), (*_, writes_1, ms_1) = self.marks[start], self.marks[end]
+        per_write = (ms_1 - ms_0) / max(writes_1 - writes_0, 1)
+        return f"steal {self.steal(start, end):4.0%}  disk {per_write:5.2f} ms per write"
+
+
+# block devices that are no disk of their own
+VIRTUAL_DISKS = {*(f"loop{n}" for n in range(64)), *(f"ram{n}" for n in range(64))}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -310,20 +328,20 @@ def one_repeat(
     sampler = WaitSampler(conninfo) if args.sample_waits else None
     if sampler:
         sampler.start()
-    steal = StealMeter()
+    host = HostMeter()
     time.sleep(WARM_UP_S)
-    steal.mark("quiet")
+    host.mark("quiet")
     time.sleep(max(args.quiet - WARM_UP_S, 0))
     with psycopg.connect(**conninfo, autocommit=True) as conn:
         wal_before = conn.execute(WAL_POSITION).fetchone()[0]
-        steal.mark("during")
+        host.mark("during")
         go.set()
         run_started, run_ended, success, elapsed, changed, steps = results.get(timeout=RUN_BUDGET_S)
-        steal.mark("after")
+        host.mark("after")
         wal_mb = conn.execute(WAL_SINCE, (wal_before,)).fetchone()[0] / 1e6
     run.join()
     time.sleep(args.after)
-    steal.mark("end")
+    host.mark("end")
     pgbench.terminate()  # its logs end with the line it was writing: latencies() drops it
     _, errors = pgbench.communicate(timeout=60)
     if sampler:
@@ -353,8 +371,7 @@ def one_repeat(
     by_step = {
         name: [ms for ended, ms in rows if start <= ended <= end] for name, start, end in steps
     }
-    stolen = [steal.share(*window) for window in (("quiet", "during"), ("during", "after"))]
-    return quiet, during, after, (success, elapsed, changed, wal_mb, stolen), by_step
+    return quiet, during, after, (success, elapsed, changed, wal_mb, host), by_step
 
 
 def seed_template(server: Server, template: str, scale: Scale, args) -> None:
@@ -451,7 +468,7 @@ def main(argv=None) -> int:
     all_quiet, all_during, all_after, noisy = [], [], [], []
     try:
         for repeat in range(1, args.repeats + 1):
-            quiet, during, after, (success, elapsed, changed, wal_mb, stolen), by_step = one_repeat(
+            quiet, during, after, (success, elapsed, changed, wal_mb, host), by_step = one_repeat(
                 server, template, args, script, script.parent
             )
             all_quiet += quiet
@@ -462,13 +479,13 @@ def main(argv=None) -> int:
                 f"{elapsed:.1f} s, {changed:,} targets healed (enqueued), {wal_mb:,.0f} MB of WAL "
                 "written meanwhile"
             )
-            print(f"  quiet       {summary(quiet)}  steal {stolen[0]:4.0%}")
-            print(f"  during run  {summary(during)}  steal {stolen[1]:4.0%}")
-            if max(stolen) > NOISY_STEAL:
+            print(f"  quiet       {summary(quiet)}  {host.describe('quiet', 'during')}")
+            print(f"  during run  {summary(during)}  {host.describe('during', 'after')}")
+            if max(host.steal("quiet", "during"), host.steal("during", "after")) > NOISY_STEAL:
                 noisy.append(repeat)
             for name, values in by_step.items():
                 print(f"    {name:28s} {summary(values)}")
-            print(f"  {args.after:.0f} s after {summary(after)}")
+            print(f"  {args.after:.0f} s after {summary(after)}  {host.describe('after', 'end')}")
     finally:
         server.drop(f"{args.prefix}_run")
         if not args.keep_template:
