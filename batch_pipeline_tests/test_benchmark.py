@@ -181,7 +181,10 @@ def test_the_app_latency_benchmark_runs_and_counts_every_window(capsys):
     assert re.search(r"^  app waits, quiet: .*samples", out, re.M), out
     for window in ("quiet", "during run", "3 s after"):
         assert re.search(
-            rf"^  {window} .* steal +\d+%  disk +\d+\.\d\d ms per write$", out, re.M
+            rf"^  {window} .* steal +\d+%  disk +\d+\.\d\d ms per write, "
+            r"slowest fsync +\d+\.\d ms$",
+            out,
+            re.M,
         ), out
     assert re.search(
         r"app transactions over \d+\.\d ms \(2x quiet p99\) during the run; the run's sessions",

@@ -14,9 +14,9 @@ ended in: quiet (before the run), during the run, or after it (the kernel writes
 left dirty in the page cache up to 30 s later, and the app feels that too). Prints, per repeat
 and over all: p50, p99 and max of each window (during the run also per op), the share of the
 machine's CPU the host stole meanwhile (other guests of a shared host: a repeat with over 5 % is
-called out) and the disks' mean time per write (a stalling disk of the host shows there), the
-run's seconds, targets healed and the WAL written meanwhile; the last line is
-machine-readable:
+called out), the disks' mean time per write and the slowest of a 4 kB synced write every 0.1 s
+(a quiet window with one over 50 ms is called out: the host's disk stalled), the run's seconds,
+targets healed and the WAL written meanwhile; the last line is machine-readable:
 
     quiet_p99_ms=Q during_p99_ms=D ratio=R after_p99_ms=A after_ratio=R2
 
@@ -97,6 +97,9 @@ SETTLE_AT_MOST_S = 60
 SETTLED_MB_PER_S = 1
 # a window with more of the CPU stolen by the host (other guests) is called out as noisy
 NOISY_STEAL = 0.05
+# a quiet window in which a 4 kB synced write took longer saw the host's disk stall (this
+# machine's take about 0.1 ms)
+STALLED_FSYNC_MS = 50.0
 # pgbench's duration is fixed up front: the quiet window plus what a run may take at most
 RUN_BUDGET_S = 600
 
@@ -223,13 +226,35 @@ def settle_the_disk() -> None:
 
 class HostMeter:
     """What the host did to the machine between marks: the share of CPU time a hypervisor gave
-    other guests (steal, /proc/stat), and how long the disks took per write (/proc/diskstats,
-    whole disks). On a shared host both come and go, and a window with much of either
-    measures the host, not the run (the app's p99 went from 3 to 50 ms in a quiet window with
-    30 % steal, and to 200 ms in one where the disk stalled)."""
+    other guests (steal, /proc/stat), how long the disks took per write (/proc/diskstats,
+    whole disks), and the slowest of a small synced write every FSYNC_PROBE_EVERY_S (a file
+    in the temporary folder: on this machine, the database's disk). On a shared host all three
+    come and go, and a window with much of any measures the host, not the run (the app's p99
+    went from 3 to 50 ms in a quiet window with 30 % steal, and to 200 ms in one where the
+    disk stalled, its mean time per write unchanged)."""
+
+    FSYNC_PROBE_EVERY_S = 0.1
 
     def __init__(self):
-        self.marks: dict[str, tuple[int, int, int, int]] = {}
+        self.marks: dict[str, tuple[float, int, int, int, int]] = {}
+        self.fsyncs: list[tuple[float, float]] = []
+        self.stopped = threading.Event()
+        self.probe = threading.Thread(target=self._probe_fsync, daemon=True)
+        self.probe.start()
+
+    def _probe_fsync(self) -> None:
+        with tempfile.TemporaryFile() as probe:
+            while not self.stopped.wait(self.FSYNC_PROBE_EVERY_S):
+                started = time.time()
+                probe.seek(0)
+                probe.write(b"\0" * 4096)
+                probe.flush()
+                os.fdatasync(probe.fileno())
+                self.fsyncs.append((started, (time.time() - started) * 1000))
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.probe.join()
 
     def mark(self, name: str) -> None:
         cpu = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
@@ -239,16 +264,29 @@ class HostMeter:
             if len(fields) > 10 and fields[2] in disks:
                 writes, write_ms = writes + int(fields[7]), write_ms + int(fields[10])
         # user … steal (guest is within user), writes completed, milliseconds spent writing
-        self.marks[name] = (sum(cpu), cpu[7], writes, write_ms)
+        self.marks[name] = (time.time(), sum(cpu), cpu[7], writes, write_ms)
 
     def steal(self, start: str, end: str) -> float:
-        (cpu_0, steal_0, *_), (cpu_1, steal_1, *_) = self.marks[start], self.marks[end]
+        (_, cpu_0, steal_0, *_), (_, cpu_1, steal_1, *_) = self.marks[start], self.marks[end]
         return (steal_1 - steal_0) / max(cpu_1 - cpu_0, 1)
+
+    def slowest_fsync_ms(self, start: str, end: str) -> float:
+        since, until = self.marks[start][0], self.marks[end][0]
+        return max((ms for at, ms in self.fsyncs if since <= at < until), default=0.0)
 
     def describe(self, start: str, end: str) -> str:
         (*_, writes_0, ms_0), (*_, writes_1, ms_1) = self.marks[start], self.marks[end]
         per_write = (ms_1 - ms_0) / max(writes_1 - writes_0, 1)
-        return f"steal {self.steal(start, end):4.0%}  disk {per_write:5.2f} ms per write"
+        return (
+            f"steal {self.steal(start, end):4.0%}  disk {per_write:5.2f} ms per write, "
+            f"slowest fsync {self.slowest_fsync_ms(start, end):6.1f} ms"
+        )
+
+    def spoiled_the_quiet_window(self) -> bool:
+        return (
+            self.steal("quiet", "during") > NOISY_STEAL
+            or self.slowest_fsync_ms("quiet", "during") > STALLED_FSYNC_MS
+        )
 
 
 # block devices that are no disk of their own
@@ -342,6 +380,7 @@ def one_repeat(
     run.join()
     time.sleep(args.after)
     host.mark("end")
+    host.stop()
     pgbench.terminate()  # its logs end with the line it was writing: latencies() drops it
     _, errors = pgbench.communicate(timeout=60)
     if sampler:
@@ -481,7 +520,7 @@ def main(argv=None) -> int:
             )
             print(f"  quiet       {summary(quiet)}  {host.describe('quiet', 'during')}")
             print(f"  during run  {summary(during)}  {host.describe('during', 'after')}")
-            if max(host.steal("quiet", "during"), host.steal("during", "after")) > NOISY_STEAL:
+            if host.spoiled_the_quiet_window() or host.steal("during", "after") > NOISY_STEAL:
                 noisy.append(repeat)
             for name, values in by_step.items():
                 print(f"    {name:28s} {summary(values)}")
@@ -493,7 +532,8 @@ def main(argv=None) -> int:
     if noisy:
         print(
             f"# repeats {', '.join(map(str, noisy))}: over {NOISY_STEAL:.0%} of the CPU time stolen"
-            " by the host in a window: those figures measure the host as much as the run"
+            f" by the host in a window, or a synced write over {STALLED_FSYNC_MS:.0f} ms in the"
+            " quiet one: those figures measure the host as much as the run"
         )
     print(f"all repeats: quiet      {summary(all_quiet)}")
     print(f"all repeats: during run {summary(all_during)}")
