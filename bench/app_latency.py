@@ -199,14 +199,17 @@ def statement_kind(query: str) -> str:
     return " ".join(words[:3] if words[0].upper() in ("INSERT", "UPDATE", "WITH") else words[:2])
 
 
-def disk_sectors_written() -> int:
-    """Sectors written to this machine's disks so far (/proc/diskstats: whole disks and
-    partitions alike, so only the difference between two readings means anything)."""
-    return sum(
-        int(fields[9])
-        for fields in (line.split() for line in Path("/proc/diskstats").read_text().splitlines())
-        if len(fields) > 9
-    )
+def disk_writes() -> tuple[int, int, int]:
+    """What this machine's whole disks have written so far (/proc/diskstats): writes
+    completed, milliseconds spent writing, sectors written. Only the difference between two
+    readings means anything."""
+    disks = {path.name for path in Path("/sys/block").iterdir()} - VIRTUAL_DISKS
+    writes = write_ms = sectors = 0
+    for fields in (line.split() for line in Path("/proc/diskstats").read_text().splitlines()):
+        if len(fields) > 10 and fields[2] in disks:
+            writes, write_ms = writes + int(fields[7]), write_ms + int(fields[10])
+            sectors += int(fields[9])
+    return writes, write_ms, sectors
 
 
 def settle_the_disk() -> None:
@@ -215,10 +218,10 @@ def settle_the_disk() -> None:
     out, trimmed and deleted before the quiet window starts, not in it."""
     os.sync()
     deadline = time.monotonic() + SETTLE_AT_MOST_S
-    before = disk_sectors_written()
+    before = disk_writes()[2]
     while time.monotonic() < deadline:
         time.sleep(1)
-        now = disk_sectors_written()
+        now = disk_writes()[2]
         if (now - before) * 512 < SETTLED_MB_PER_S * 1e6:
             return
         before = now
@@ -258,11 +261,7 @@ class HostMeter:
 
     def mark(self, name: str) -> None:
         cpu = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-        disks = {path.name for path in Path("/sys/block").iterdir()} - VIRTUAL_DISKS
-        writes = write_ms = 0
-        for fields in (line.split() for line in Path("/proc/diskstats").read_text().splitlines()):
-            if len(fields) > 10 and fields[2] in disks:
-                writes, write_ms = writes + int(fields[7]), write_ms + int(fields[10])
+        writes, write_ms, _ = disk_writes()
         # user … steal (guest is within user), writes completed, milliseconds spent writing
         self.marks[name] = (time.time(), sum(cpu), cpu[7], writes, write_ms)
 
@@ -395,11 +394,11 @@ def one_repeat(
     if not rows:
         raise SystemExit(f"pgbench logged no transaction: {errors.strip()}")
     quiet = [ms for ended, ms in rows if pgbench_started + WARM_UP_S <= ended < run_started]
-    during = [ms for ended, ms in rows if run_started <= ended <= run_ended]
+    during_rows = [(ended, ms) for ended, ms in rows if run_started <= ended <= run_ended]
+    during = [ms for _, ms in during_rows]
     if sampler and quiet:
         slow_after = 2 * percentile(quiet, 0.99)
-        slow = [(ended, ms) for ended, ms in rows if run_started <= ended <= run_ended]
-        slow = [(ended, ms) for ended, ms in slow if ms > slow_after]
+        slow = [(ended, ms) for ended, ms in during_rows if ms > slow_after]
         print(
             f"  {len(slow)} app transactions over {slow_after:.1f} ms (2x quiet p99) during the "
             f"run; the run's sessions were meanwhile doing:\n      "
