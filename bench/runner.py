@@ -50,8 +50,8 @@ TARGET_RECOVERIES = [recovery for recovery in RECOVERIES if isinstance(recovery,
 LIFTED = {"max_enqueue_per_run": MAX_JOBS_PER_RUN}
 # The work itself, against the baseline's SQL: 5,000-row batches without the pauses between
 # them that leave the app its latency (san/limits.py, the defaults; bench/app_latency.py
-# measures those), as every earlier figure of this benchmark was taken.
-BACK_TO_BACK = {**LIFTED, "batch_size": 5_000, "batch_pause_ratio": 0}
+# measures those), as every earlier figure of this benchmark was taken. The TIL too.
+WRITES_BACK_TO_BACK = {"batch_size": 5_000, "batch_pause_ratio": 0}
 
 
 def median(values):
@@ -314,9 +314,13 @@ def run_benchmark(
     prefix: str = DEFAULT_PREFIX,
     only_indexed: bool = False,
     probe_only: bool = False,
+    paced: bool = False,
 ) -> Figures:
     """`only_indexed`: seed straight into the indexed template and skip the no-index runs, so
-    two copies of the database exist at once instead of three (scale 10 on a small disk)."""
+    two copies of the database exist at once instead of three (scale 10 on a small disk).
+    `paced`: the pipeline writes with its default batches and rests, what a production run
+    takes, instead of back to back."""
+    writes = {} if paced else WRITES_BACK_TO_BACK
     scale = Scale(scale_factor)
     server = Server(server_url, prefix)
     figures = Figures()
@@ -326,6 +330,7 @@ def run_benchmark(
         f"# batch_pipeline benchmark, scale {scale_factor}: {scale.users:,} users, "
         f"{scale.scraps:,} scraps, "
         f"TIL day {til_day}, {repeats} repeats"
+        + (", the pipeline's writes paced by its defaults" if paced else "")
     )
 
     # Seed once, then two templates: the app's DDL as it is, and with the recommended indexes.
@@ -412,9 +417,9 @@ def run_benchmark(
         )
         for _ in range(repeats):
             _baseline_recovery(server, template, figures, mode, now, restores)
-            _pipeline_recovery(server, template, run_url, figures, mode, restores)
+            _pipeline_recovery(server, template, run_url, figures, mode, restores, writes)
             _baseline_til(server, template, figures, mode, now, til_day, restores)
-            _pipeline_til(server, template, run_url, figures, mode, til_day, restores)
+            _pipeline_til(server, template, run_url, figures, mode, til_day, restores, writes)
         _print_mode(figures, mode, out)
 
     figures.rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
@@ -500,9 +505,9 @@ def _baseline_recovery(server, template, figures, mode, now, restores):
     figures.times[(mode, "baseline recovery")].append(total)
 
 
-def _pipeline_recovery(server, template, run_url, figures, mode, restores):
+def _pipeline_recovery(server, template, run_url, figures, mode, restores, writes):
     restores.append(server.create(server.run_db, template=template))
-    elapsed, result, instance = run_pipeline("recovery_job", run_url, BACK_TO_BACK)
+    elapsed, result, instance = run_pipeline("recovery_job", run_url, {**LIFTED, **writes})
     figures.times[(mode, "pipeline recovery")].append(elapsed)
     steps = step_durations(instance, result)
     for step, seconds in steps.items():
@@ -517,7 +522,7 @@ def _pipeline_recovery(server, template, run_url, figures, mode, restores):
     # Steady state: the same database again, nothing left to recover.
     for label, config in (("steady", {}), ("steady, 48 h look-back", {"scrap_lookback_hours": 48})):
         elapsed, result, instance = run_pipeline(
-            "recovery_job", run_url, {**BACK_TO_BACK, **config}
+            "recovery_job", run_url, {**LIFTED, **writes, **config}
         )
         steps = step_durations(instance, result)
         figures.times[(mode, f"{label} run")].append(elapsed)
@@ -539,10 +544,10 @@ def _baseline_til(server, template, figures, mode, now, day, restores):
         figures.rows["baseline til jobs"] = rows
 
 
-def _pipeline_til(server, template, run_url, figures, mode, day, restores):
+def _pipeline_til(server, template, run_url, figures, mode, day, restores, writes):
     restores.append(server.create(server.run_db, template=template))
     elapsed, result, instance = run_pipeline(
-        "til_auto_generation_job", run_url, {}, partition_key=str(day)
+        "til_auto_generation_job", run_url, writes, partition_key=str(day)
     )
     figures.times[(mode, "pipeline til")].append(elapsed)
     for step, seconds in step_durations(instance, result).items():

@@ -4,13 +4,14 @@ wait. Plain values, depended on by the dialects and everything above them."""
 from dataclasses import dataclass
 
 # Rows per write transaction, and after each one a pause of BATCH_PAUSE_RATIO times its own
-# duration before the next. The app's commits flush the WAL our batches wrote before their
-# own: small batches with rests let fewer of the app's transactions meet one (at scale 1 its
-# p99 during a recovery run 26 -> 17 ms, where its quiet p99 is 3-9 ms); a run's writes take
-# about four times as long (docs/benchmarks.md, "The app's latency while batch_pipeline
-# heals"). An operator healing a backlog on a quiet database may set 5,000 and 0.
-BATCH_SIZE = 500
-BATCH_PAUSE_RATIO = 3.0
+# duration before the next. The app's commits flush the WAL our statements write, so what it
+# feels is how often one of its transactions meets a write statement of ours: small batches
+# with long rests (a write duty cycle of about 1/11) took its p99 during a scale-1 recovery
+# run from 14-19 ms to 8-11 ms, where its quiet p99 is 4-6 ms; a run's writes take about
+# eleven times as long (docs/benchmarks.md, "The app's latency while batch_pipeline heals").
+# An operator healing a backlog on a quiet database may set 5,000 and 0.
+BATCH_SIZE = 100
+BATCH_PAUSE_RATIO = 10.0
 LOCK_TIMEOUT_MS = 5_000
 STATEMENT_TIMEOUT_MS = 120_000
 
