@@ -492,12 +492,13 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     if not (args.keep_template and server.exists(template)):
         seed_template(server, template, scale, args)
+    run_config = {**LIFTED, **json.loads(args.run_config)}
     print(
         f"# app latency while healing: scale {args.scale} ({scale.scraps:,} scraps), "
         f"{'without' if args.without_indexes else 'with'} the recommended indexes, "
         f"pgbench {args.clients} clients at {args.rate:g} tx/s, parallel workers per detection "
         f"query: {'as the code sets' if args.parallel_workers is None else args.parallel_workers}"
-        f", run config {json.loads(args.run_config) or 'default'} (caps lifted)"
+        f", run config {run_config}"
         + (", pgbench and the run as if on hosts of their own" if args.hosts_apart else "")
         + f"; seeded in {time.perf_counter() - started:.0f} s"
     )
