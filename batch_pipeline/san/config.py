@@ -55,7 +55,7 @@ class WriteConfig(Config):
         le=MAX_BATCH_PAUSE_RATIO,
         description="After each write batch, rest this many times as long as the batch took, "
         "leaving the app's transactions the WAL and the CPU (0: batches back to back, about "
-        "25 times as fast with `batch_size` 5000, for a backlog on a quiet database; "
+        "80 times as fast with `batch_size` 5000, for a backlog on a quiet database; "
         "docs/benchmarks.md).",
     )
     dry_run: bool = Field(
