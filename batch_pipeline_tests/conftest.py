@@ -8,6 +8,7 @@ skipped database counted as passing would be a lie.
 
 import json
 import os
+import signal
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +37,17 @@ from batch_pipeline.san.tables import (
 from san_sandbox.app_schema import APP_DDL
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def pytest_configure(config):
+    """Tests start processes and stop them with SIGTERM and SIGINT, so neither may be ignored
+    here: a suite started in the background by a non-interactive shell (`cmd &`) inherits
+    SIGINT ignored, and each in-process Dagster run then sets SIGTERM to SIGINT's handler
+    (dagster._utils.interrupts), which every process started afterwards would inherit."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def pg_admin_url() -> str:

@@ -5,6 +5,7 @@ the benchmark.)"""
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +23,11 @@ from san_sandbox.processes import start_group, stop_group, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+
+
+def ignore_sigint() -> None:
+    """For `preexec_fn`: what a non-interactive shell does to a command it starts with `&`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def start(command: list[str], env: dict, log) -> "subprocess.Popen":

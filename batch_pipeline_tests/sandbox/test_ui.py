@@ -34,6 +34,7 @@ from batch_pipeline.san.database import create_san_engine, utc_now
 from batch_pipeline.san.tables import COMPLETED, PENDING, jobs, scraps
 from batch_pipeline_tests.processes import (
     free_port,
+    ignore_sigint,
     run_home,
     sandbox_env,
     sandbox_ui,
@@ -258,11 +259,6 @@ STOPS = {
     ),
     "SIGTERM to the command itself": Stop("python", signal.SIGTERM),
 }
-
-
-def ignore_sigint() -> None:
-    """For `preexec_fn`: what a non-interactive shell does to a command it starts with `&`."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 # The stop's bound, and room for a loaded machine to notice every process has exited.
