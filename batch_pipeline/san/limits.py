@@ -7,7 +7,7 @@ from dataclasses import dataclass
 # duration before the next. The app's commits flush the WAL our statements write, so what it
 # feels is how often one of its transactions meets a write statement of ours: small batches
 # with long rests (a write duty cycle of 1/31) held its p99 during a scale-1 recovery run at
-# 1.3-1.7x its quiet p99 (rests 10x as long: 1.6-2.1x); a run's writes take about 80 times
+# 1.1-1.8x its quiet p99 (rests 10x as long: 1.6-2.1x); a run's writes take about 80 times
 # as long as 5,000-row batches back to back (docs/benchmarks.md, "The app's latency while
 # batch_pipeline heals").
 # An operator healing a backlog on a quiet database may set 5,000 and 0.
