@@ -8,6 +8,7 @@ from batch_pipeline_tests.processes import ROOT, ignore_sigint
 
 # Runs a one-op Dagster job in-process, then reads which signals a new process ignores.
 INNER_TEST = """
+import signal
 import subprocess
 
 from dagster import job, op
@@ -27,10 +28,7 @@ def test_a_process_started_after_a_dagster_run_can_be_terminated():
     assert one_op.execute_in_process().success
     status = subprocess.run(["cat", "/proc/self/status"], capture_output=True, text=True).stdout
     ignored = int(status.split("SigIgn:")[1].split()[0], 16)
-    assert not ignored & (1 << (SIGTERM - 1)), f"SIGTERM ignored: {ignored:#x}"
-
-
-SIGTERM = 15
+    assert not ignored & (1 << (signal.SIGTERM - 1)), f"SIGTERM ignored: {ignored:#x}"
 """
 
 

@@ -111,6 +111,11 @@ def replay_parallel_workers(workers: int) -> None:
     session.BEGIN_SETTINGS += f", set_config('max_parallel_workers_per_gather', '{workers}', true)"
 
 
+def recovery_config(args) -> dict:
+    """The recovery op's config: the per-run caps lifted, then `--run-config` on top."""
+    return {**LIFTED, **json.loads(args.run_config)}
+
+
 def one_recovery_run(
     url: str, parallel_workers: int | None, config: dict, apart: bool, pgoptions: str, ready, go,
     results,
@@ -126,7 +131,7 @@ def one_recovery_run(
     ready.set()
     go.wait()
     started = time.time()
-    elapsed, result, instance = run_pipeline("recovery_job", url, {**LIFTED, **config})
+    elapsed, result, instance = run_pipeline("recovery_job", url, config)
     healed = 0
     for event in result.all_events:  # a failed run's areas too
         if event.event_type_value == "ASSET_MATERIALIZATION":
@@ -330,7 +335,7 @@ def one_repeat(
         old.unlink()
     context = multiprocessing.get_context("spawn")
     ready, go, results = context.Event(), context.Event(), context.Queue()
-    config = json.loads(args.run_config)
+    config = recovery_config(args)
     run = context.Process(
         target=one_recovery_run,
         args=(
@@ -492,13 +497,12 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     if not (args.keep_template and server.exists(template)):
         seed_template(server, template, scale, args)
-    run_config = {**LIFTED, **json.loads(args.run_config)}
     print(
         f"# app latency while healing: scale {args.scale} ({scale.scraps:,} scraps), "
         f"{'without' if args.without_indexes else 'with'} the recommended indexes, "
         f"pgbench {args.clients} clients at {args.rate:g} tx/s, parallel workers per detection "
         f"query: {'as the code sets' if args.parallel_workers is None else args.parallel_workers}"
-        f", run config {run_config}"
+        f", run config {recovery_config(args)}"
         + (", pgbench and the run as if on hosts of their own" if args.hosts_apart else "")
         + f"; seeded in {time.perf_counter() - started:.0f} s"
     )
