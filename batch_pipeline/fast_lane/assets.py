@@ -29,8 +29,8 @@ from batch_pipeline.recovery.target_writes import recover_targets
 from batch_pipeline.san.database import database_now, read_transaction
 from batch_pipeline.san.durations import in_words
 from batch_pipeline.san.ops import (
-    DATABASE_RETRY,
     as_metadata,
+    retried_on_error,
     retried_only_if_transient,
     warn_about_unannounced_jobs,
 )
@@ -65,10 +65,10 @@ reannouncements = AssetSpec(
             "per area, target -> new job ids, how long they had waited.",
         ),
     },
-    retry_policy=DATABASE_RETRY,
     description="Heal within seconds what recovery_job would heal at its next run; requested by "
     "fast_heal_sensor.",
 )
+@retried_on_error
 def fast_heal(
     context: AssetExecutionContext,
     config: FastHealConfig,

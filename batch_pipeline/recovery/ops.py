@@ -33,9 +33,9 @@ from batch_pipeline.recovery.registry import RECOVERIES
 from batch_pipeline.san.database import database_now, read_transaction
 from batch_pipeline.san.memory import paused_gc
 from batch_pipeline.san.ops import (
-    DATABASE_RETRY,
     as_metadata,
     committed_by_failed_attempts,
+    retried_on_error,
     retried_only_if_transient,
     san_database_check_op,
     warn_about_unannounced_jobs,
@@ -171,9 +171,9 @@ def detect_op(recovery: Recovery, frame_type) -> OpDefinition:
         # Nothing-typed: orders this detection after the previous recovery's writes.
         ins={"after": In(Nothing)},
         out=Out(frame_type),
-        retry_policy=DATABASE_RETRY,
         description=recovery.detect_description,
     )
+    @retried_on_error
     def detect(settings: RecoveryConfig, san_database: SanDatabase):
         with (
             retried_only_if_transient(),
@@ -201,9 +201,9 @@ def recover_op(recovery: Recovery, frame_type) -> OpDefinition:
                 for spec in checks.area_checks(recovery.area)
             },
         },
-        retry_policy=DATABASE_RETRY,
         description=recovery.recover_description,
     )
+    @retried_on_error
     def recover(
         context: AssetExecutionContext,
         settings: RecoveryConfig,
@@ -246,10 +246,10 @@ RECOVERY_OPS = {recovery.area: recovery_ops(recovery) for recovery in RECOVERIES
 @op(
     ins={"after": In(Nothing)},
     out={checks.output_name(spec): Out(is_required=False) for spec in checks.DATABASE_CHECKS},
-    retry_policy=DATABASE_RETRY,
     description="The database-wide checks, after every recovery: ghost backlog, recommended "
     "indexes, unknown statuses.",
 )
+@retried_on_error
 def check_recovery_health(settings: RecoveryConfig, san_database: SanDatabase):
     with (
         retried_only_if_transient(),

@@ -7,8 +7,10 @@ The first op's output is the validated config, passed to the job's other ops as 
 `ops.check_san_database.config`).
 """
 
+import functools
+import inspect
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from dagster import (
@@ -21,6 +23,7 @@ from dagster import (
     MetadataValue,
     OpExecutionContext,
     RetryPolicy,
+    RetryRequested,
     op,
 )
 from sqlalchemy.exc import DBAPIError
@@ -33,7 +36,9 @@ from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 warnings.filterwarnings("ignore", category=ConfigArgumentWarning, message="Parameter 'settings'")
 
 # A dropped connection or a lock timeout is worth another try (after 3 s, then 9 s); every
-# other error fails the step at once (see retried_only_if_transient).
+# other error fails the step at once (see retried_only_if_transient). Ops ask for it with
+# `retried_on_error`, never as their `retry_policy`: Dagster turns an interrupt (the UI's
+# Terminate, a SIGTERM) into a retry of an op that has a policy, and the retry writes on.
 DATABASE_RETRY = RetryPolicy(max_retries=2, delay=3, backoff=Backoff.EXPONENTIAL)
 
 # PostgreSQL errors a retry can cure: connection exceptions (08), insufficient resources (53),
@@ -68,7 +73,8 @@ def is_transient(error: BaseException) -> bool:
 
 @contextmanager
 def retried_only_if_transient() -> Iterator[None]:
-    """Let a transient database fault reach DATABASE_RETRY; turn any other error into a Failure
+    """Let a transient database fault reach DATABASE_RETRY (`retries_requested`); turn any other
+    error into a Failure
     that is not retried and names the cause (retrying InsufficientPrivilege only waits 12 s for
     the same error)."""
     try:
@@ -87,6 +93,43 @@ def retried_only_if_transient() -> Iterator[None]:
             "Not retried: the same input gives the same error.",
             allow_retries=False,
         ) from error
+
+
+@contextmanager
+def retries_requested(policy: RetryPolicy = DATABASE_RETRY) -> Iterator[None]:
+    """`policy` for errors only: an error (but a Failure that allows no retries) asks Dagster for
+    the step's next try, after the policy's delay, up to its max_retries. An interrupt is no
+    Exception and passes: the step fails as interrupted and a terminated run ends CANCELED."""
+    try:
+        yield
+    except RetryRequested:
+        raise
+    except Exception as error:
+        if isinstance(error, Failure) and not error.allow_retries:
+            raise
+        attempt = OpExecutionContext.get().retry_number + 1
+        raise RetryRequested(
+            max_retries=policy.max_retries, seconds_to_wait=policy.calculate_delay(attempt)
+        ) from error
+
+
+def retried_on_error(compute: Callable) -> Callable:
+    """An op's or asset's compute function under `retries_requested`: put it below `@op`."""
+    if inspect.isgeneratorfunction(compute):
+
+        @functools.wraps(compute)
+        def generator(*args, **kwargs):
+            with retries_requested():
+                yield from compute(*args, **kwargs)
+
+        return generator
+
+    @functools.wraps(compute)
+    def function(*args, **kwargs):
+        with retries_requested():
+            return compute(*args, **kwargs)
+
+    return function
 
 
 def as_metadata(values: dict) -> dict:

@@ -16,8 +16,8 @@ from dagster import (
 from batch_pipeline.san.database import database_now, read_transaction
 from batch_pipeline.san.memory import paused_gc
 from batch_pipeline.san.ops import (
-    DATABASE_RETRY,
     as_metadata,
+    retried_on_error,
     retried_only_if_transient,
     san_database_check_op,
     warn_about_unannounced_jobs,
@@ -84,9 +84,9 @@ def summaries_created_at(
 
 @op(
     out=Out(UsersOfDayType),
-    retry_policy=DATABASE_RETRY,
     description="Users with scraps on day D and how many have cards.",
 )
+@retried_on_error
 def detect_til_users(context: OpExecutionContext, settings: TilConfig, san_database: SanDatabase):
     start, end = day_window(context)
     with (
@@ -99,10 +99,10 @@ def detect_til_users(context: OpExecutionContext, settings: TilConfig, san_datab
 
 @op(
     ins={"users": In(UsersOfDayType)},
-    retry_policy=DATABASE_RETRY,
     description="A new DailySummary and a TIL_GENERATION job for every active user of D, in "
     "bounded batches.",
 )
+@retried_on_error
 def create_daily_tils(
     context: OpExecutionContext,
     settings: TilConfig,

@@ -14,6 +14,7 @@ from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.recovery.dead_runs import AUDIT_OF_RUN
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
 from batch_pipeline_tests.processes import (
+    graphql_client,
     production_deployment,
     serving,
     submit_through_webserver,
@@ -132,3 +133,70 @@ def test_a_killed_run_frees_the_queue_and_the_next_run_records_what_it_wrote(
     # The code server saw its run's process die and failed the run (wait_for_status above: within
     # 3 minutes, not the run's 1 h max_runtime): the queue, one recovery_job at a time, was free.
     print(f"the killed run was FAILURE {freed_after_s:.1f} s after its SIGKILL")
+
+
+def stopped_run_writes_no_further_batch(tmp_path, pg_db, dagster_pg_storage, stop) -> tuple:
+    """A slow recovery run in flight under the daemon, stopped by `stop(port, home, run_id)` once
+    it has committed a few batches. Returns (run's final status, seconds to reach it, ghosts
+    closed when it was stopped, ghosts closed 10 s after it ended, batch size)."""
+    batch_size = 5
+    ghosts = [
+        pg_db.job(CARD_ANALYSIS, target, PENDING, created_at=pg_db.ago(hours=1))
+        for target in GHOST_TARGETS
+    ]
+    slow_closes(pg_db, seconds_per_row=0.05)  # a batch of 5: 0.25 s, then a rest of 0.25 s
+
+    def closed() -> int:
+        with pg_db.engine.connect() as conn:
+            return conn.execute(
+                text("SELECT count(*) FROM jobs WHERE status = :failed AND id = ANY(:ids)"),
+                {"failed": FAILED, "ids": ghosts},
+            ).scalar_one()
+
+    with production_deployment(tmp_path, pg_db, dagster_pg_storage) as (home, port, log, _, _):
+        run_id = submit_through_webserver(
+            port,
+            "recovery_job",
+            recovery_run_config({"batch_size": batch_size, "batch_pause_ratio": 1}),
+        )
+        wait_for(lambda: closed() >= 3 * batch_size, 240, "three committed write batches", 0.1)
+        at_stop = closed()
+        stop(port, home, run_id)
+        stopped = time.monotonic()
+        status = wait_for_status(port, run_id, ("CANCELED", "FAILURE", "SUCCESS"), 120)
+        ended_after_s = time.monotonic() - stopped
+        time.sleep(10)  # a retry of the step would be writing again by now (its delay is 3 s)
+        later = closed()
+    return status, ended_after_s, at_stop, later, batch_size, len(ghosts)
+
+
+def terminate_in_the_ui(port, _home, run_id):
+    """The UI's Terminate: the webserver's terminateRun, through the daemon's run launcher."""
+    graphql_client(port).terminate_run(run_id)
+
+
+def sigterm_to_the_run_worker(_port, home, run_id):
+    """What Docker and Kubernetes send first."""
+    with DagsterInstance.from_config(str(home)) as instance:
+        pid = run_worker_pid(instance, run_id)
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)
+
+
+@pytest.mark.parametrize(
+    "stop, ended_as",
+    # SIGTERM: no operator asked for it, Dagster calls it a failure
+    [(terminate_in_the_ui, "CANCELED"), (sigterm_to_the_run_worker, "FAILURE")],
+)
+def test_a_stopped_recovery_run_commits_no_batch_after_the_one_in_flight(
+    tmp_path, pg_db, dagster_pg_storage, stop, ended_as
+):
+    """No write batch but the one in flight commits, and the run ends within 30 s, not retried
+    (every recovery op asks for retries on errors only, never with a retry policy)."""
+    status, ended_after_s, at_stop, later, batch_size, total = stopped_run_writes_no_further_batch(
+        tmp_path, pg_db, dagster_pg_storage, stop
+    )
+    assert status == ended_as
+    assert ended_after_s < 30
+    assert at_stop <= later <= at_stop + batch_size < total
+    print(f"{status} {ended_after_s:.1f} s after {stop.__name__}; {later - at_stop} closed after")

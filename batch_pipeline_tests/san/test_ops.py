@@ -51,3 +51,49 @@ def test_numbers_stay_numbers_and_lists_become_json():
     assert metadata["enqueued"] == 3 and metadata["dry_run"] is False
     assert metadata["ids"] == MetadataValue.json([1, 2])
     assert metadata["thresholds"] == MetadataValue.json({"a": 1})
+
+
+def test_no_op_of_the_code_location_has_a_retry_policy():
+    """Dagster turns an interrupt (Terminate, SIGTERM) into a retry of an op with a retry policy,
+    and the retry writes on: ops ask for DATABASE_RETRY with `retried_on_error` instead."""
+    from batch_pipeline.definitions import defs
+
+    with_policy = [
+        f"{job.name}.{node.name}"
+        for job in defs.get_repository_def().get_all_jobs()
+        for node in job.graph.iterate_op_defs()
+        if node.retry_policy is not None
+    ]
+    assert with_policy == []
+    assert all(job.op_retry_policy is None for job in defs.get_repository_def().get_all_jobs())
+
+
+def test_an_error_asks_for_the_policy_s_next_try_and_an_interrupt_passes():
+    from dagster import DagsterExecutionInterruptedError, job, op
+
+    from batch_pipeline.san.ops import DATABASE_RETRY, retried_on_error
+
+    def probe(error: BaseException):
+        @op
+        @retried_on_error
+        def failing():
+            raise error
+
+        @job
+        def probing():
+            failing()
+
+        return probing.execute_in_process(raise_on_error=False)
+
+    retried = probe(OperationalError("SELECT 1", {}, ConnectionError("reset")))
+    retries = [e for e in retried.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+    assert len(retries) == DATABASE_RETRY.max_retries
+    assert [e.event_specific_data.seconds_to_wait for e in retries] == [
+        DATABASE_RETRY.calculate_delay(1),
+        DATABASE_RETRY.calculate_delay(2),
+    ]
+    not_retried = probe(Failure("bad input", allow_retries=False))
+    assert not [e for e in not_retried.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+    interrupted = probe(DagsterExecutionInterruptedError())
+    assert not [e for e in interrupted.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+    assert [e.step_key for e in interrupted.all_events if e.is_step_failure] == ["failing"]
