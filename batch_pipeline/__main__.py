@@ -41,6 +41,7 @@ from batch_pipeline.san.schema import (
     index_statements,
     verify_schema,
 )
+from batch_pipeline.san.tables import MAX_ID
 from batch_pipeline.san.timezone import TimezoneConfigError
 from batch_pipeline.support.cli import explain_command, redrive_command
 from batch_pipeline.support.touches import KINDS
@@ -234,8 +235,8 @@ def positive_id(value: str) -> int:
         number = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not an id (a whole number)") from None
-    if number <= 0:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an id (ids are positive)")
+    if not 0 < number <= MAX_ID:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an id (ids are 1 to {MAX_ID})")
     return number
 
 

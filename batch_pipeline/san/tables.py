@@ -22,6 +22,9 @@ from sqlalchemy.sql.elements import ColumnElement
 
 # BIGINT identity on PostgreSQL; SQLite only auto-increments an INTEGER PRIMARY KEY.
 Id = BigInteger().with_variant(Integer(), "sqlite")
+# The largest id either holds (a signed 64-bit integer): a larger one is no id, refused before
+# any query (PostgreSQL would answer NumericValueOutOfRange).
+MAX_ID = 2**63 - 1
 Timestamp = DateTime(timezone=True)
 
 metadata = MetaData()

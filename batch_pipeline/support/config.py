@@ -10,13 +10,13 @@ from pydantic import Field, field_validator
 from batch_pipeline.recovery.plan import MAX_ATTEMPTS
 from batch_pipeline.recovery.registry import TARGET_RECOVERIES
 from batch_pipeline.san.config import MAX_ATTEMPTS_CAP, MAX_JOBS_PER_RUN, WriteConfig
+from batch_pipeline.san.tables import MAX_ID
 from batch_pipeline.support.redrive import DEFAULT_LIMIT, RedriveFilter
 from batch_pipeline.support.touches import KINDS
 
 # The Launchpad offers these as a choice.
 TargetKind = Enum("TargetKind", {kind: kind for kind in KINDS})
 RedriveArea = Enum("RedriveArea", {r.area: r.area for r in TARGET_RECOVERIES})
-MAX_ID = 2**63 - 1
 
 
 class ExplainConfig(Config):
@@ -95,7 +95,7 @@ class RedriveConfig(WriteConfig):
     def _are_ids(cls, value: list[int]) -> list[int]:
         bad = [i for i in value if not 0 < i <= MAX_ID]
         if bad:
-            raise ValueError(f"target_ids must be positive ids; got {bad[:5]}")
+            raise ValueError(f"target_ids must be ids from 1 to {MAX_ID}; got {bad[:5]}")
         return value
 
     @property

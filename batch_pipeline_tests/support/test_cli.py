@@ -10,7 +10,7 @@ from sqlalchemy import create_engine, text
 
 from batch_pipeline.__main__ import main
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
-from batch_pipeline.san.tables import PENDING
+from batch_pipeline.san.tables import MAX_ID, PENDING
 from batch_pipeline.support.touches import REDRIVE_ASSET
 from batch_pipeline_tests.conftest import pg_admin_url
 from batch_pipeline_tests.processes import ROOT
@@ -98,7 +98,18 @@ def test_an_unknown_id_is_one_line_and_exit_2(san_db, dagster_home, capsys, argv
 
 
 def test_an_unknown_kind_or_a_bad_id_is_refused_by_the_parser(capsys):
-    for argv in (["explain", "card", "1"], ["explain", "scrap", "abc"], ["explain", "scrap", "-3"]):
+    too_large = [str(MAX_ID + 1), "99999999999999999999"]  # past BIGINT: no id, no traceback
+    for argv in (
+        ["explain", "card", "1"],
+        ["explain", "scrap", "abc"],
+        ["explain", "scrap", "-3"],
+        *(
+            ["explain", kind, number]
+            for kind in ("scrap", "job", "summary")
+            for number in too_large
+        ),
+        *(["redrive", "--area", ORPHAN_SCRAPS.area, "--ids", f"1,{n}"] for n in too_large),
+    ):
         with pytest.raises(SystemExit) as exit_:
             main(argv)
         assert exit_.value.code == 2
