@@ -26,6 +26,7 @@ from batch_pipeline.monitoring.exporter import DEFAULT_PORT as DEFAULT_METRICS_P
 from batch_pipeline.san.database import create_san_engine, default_data_dir, embedded_database_url
 from batch_pipeline.san.timezone import san_timezone_name
 from batch_pipeline.til.auto_generation import day_bounds, detect_users_of_day
+from batch_pipeline.til.partitions import PARTITION_SET_TAG, PARTITION_TAG, partition_set_name
 from san_sandbox.app_schema import NotASandbox
 from san_sandbox.demo import seed_demo_state
 from san_sandbox.live import LIVE_RECOVERY_CRON
@@ -232,7 +233,7 @@ class DemoTil(threading.Thread):
         with DagsterInstance.from_config(self.home) as instance:
             return bool(
                 instance.get_runs(
-                    RunsFilter(job_name=TIL_JOB, tags={"dagster/partition": self.day.isoformat()}),
+                    RunsFilter(job_name=TIL_JOB, tags={PARTITION_TAG: self.day.isoformat()}),
                     limit=1,
                 )
             )
@@ -248,7 +249,11 @@ class DemoTil(threading.Thread):
             client = DagsterGraphQLClient("127.0.0.1", port_number=self.port)
             try:
                 run_id = client.submit_job_execution(
-                    TIL_JOB, tags={"dagster/partition": self.day.isoformat()}
+                    TIL_JOB,
+                    tags={
+                        PARTITION_TAG: self.day.isoformat(),
+                        PARTITION_SET_TAG: partition_set_name(TIL_JOB),
+                    },
                 )
             except Exception:  # the webserver is still loading the code location
                 continue

@@ -125,6 +125,7 @@ class GhostJobRecovery:
 
     area: str = AREA
     name: str = "ghost_jobs"
+    noun: str = "ghost jobs"
     id_key: str = "job_id"
     frame: FrameSchema = GHOST_JOBS
     extension: bool = False

@@ -30,6 +30,7 @@ from batch_pipeline.recovery.plan import (
     write_instant,
 )
 from batch_pipeline.recovery.registry import RECOVERIES
+from batch_pipeline.recovery.summary import HEALED_TAG, audit_metadata, run_summary
 from batch_pipeline.san.database import database_now, read_transaction
 from batch_pipeline.san.memory import paused_gc
 from batch_pipeline.san.ops import (
@@ -50,7 +51,7 @@ def audit_trail(context: AssetExecutionContext, recovery, report: RecoveryReport
     checks beside it. A dry run records an observation instead, so the materialization
     history (and its plots) holds only runs that wrote."""
     earlier = checks.recent_audits(context.instance, report.area, checks.DEFERRED_RUNS_IN_A_ROW)
-    metadata = as_metadata(report.metadata())
+    metadata = as_metadata(audit_metadata(recovery, report))
     context.log.info(
         f"{report.area}: detected {report.detected}, enqueued {report.enqueued}, exhausted "
         f"{report.exhausted}, deferred {report.deferred}, skipped by race {report.skipped_by_race}"
@@ -64,9 +65,22 @@ def audit_trail(context: AssetExecutionContext, recovery, report: RecoveryReport
     # step output event and the materialization), and the id lists are most of a step's
     # serialisation cost (docs/benchmarks.md, "Figures behind the code").
     context.add_asset_metadata(metadata, asset_key=report.area)
+    tag_what_the_run_healed(context, recovery, report.enqueued)
     yield Output(None, recovery.name)
     yield checks.exhausted_targets(report, earlier)
     yield checks.deferred_backlog(report, earlier)
+
+
+def tag_what_the_run_healed(context: AssetExecutionContext, recovery, healed: int) -> None:
+    """The run's `healed` tag, which the run list shows, with this area's count set."""
+    run = context.instance.get_run_by_id(context.run_id)  # read again: earlier areas' counts
+    summary = run_summary(
+        run.tags.get(HEALED_TAG) if run else None,
+        [each.noun for each in RECOVERIES],
+        recovery.noun,
+        healed,
+    )
+    context.instance.add_run_tags(context.run_id, {HEALED_TAG: summary})
 
 
 def audited_across_attempts(
@@ -141,7 +155,7 @@ def record_dead_runs(context: OpExecutionContext, recovery, engine, settings) ->
                     "read back from SAN's rows.",
                     metadata=as_metadata(
                         {
-                            **report.metadata(),
+                            **audit_metadata(recovery, report),
                             dead_runs.AUDIT_OF_RUN: run_id,
                             "write_instant": instant.isoformat(),
                         }

@@ -23,6 +23,7 @@ has_no_card_probe = (
 ORPHAN_SCRAPS = TargetRecovery(
     area="orphan_scrap_recovery",
     name="orphan_scraps",
+    noun="orphan scraps",
     table=scraps,
     job_type=CARD_ANALYSIS,
     needs_work=has_no_card,

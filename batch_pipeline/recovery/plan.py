@@ -90,6 +90,7 @@ class Recovery(Protocol):
 
     area: str  # its asset, and its metadata's area
     name: str  # its ops' suffix: detect_<name>, recover_<name>
+    noun: str  # what it heals, in the plural: "ghost jobs", "orphan scraps"
     id_key: str
     frame: FrameSchema
     extension: bool  # an extension of the design, not one of its services

@@ -43,6 +43,7 @@ class TargetRecovery:
 
     area: str  # the asset key of its audit trail
     name: str  # its ops are detect_<name> and recover_<name>
+    noun: str  # what it heals, in the plural: "orphan scraps"
     table: Table  # the target table; jobs.target_id is its id
     job_type: str  # the job that does the missing work
     needs_work: ColumnElement  # a condition on `table`: the work is still missing

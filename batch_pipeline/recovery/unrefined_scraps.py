@@ -11,6 +11,7 @@ from batch_pipeline.san.tables import SCRAP_REFINE, scraps
 UNREFINED_SCRAPS = TargetRecovery(
     area="orphan_scrap_refine_recovery",
     name="unrefined_scraps",
+    noun="unrefined scraps",
     table=scraps,
     job_type=SCRAP_REFINE,
     needs_work=scraps.c.refined_content.is_(None),

@@ -12,6 +12,7 @@ from batch_pipeline.san.tables import TIL_GENERATION, daily_summaries
 UNWRITTEN_TILS = TargetRecovery(
     area="til_generation_recovery",
     name="unwritten_tils",
+    noun="unwritten TILs",
     table=daily_summaries,
     job_type=TIL_GENERATION,
     needs_work=daily_summaries.c.content.is_(None),

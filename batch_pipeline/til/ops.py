@@ -25,10 +25,25 @@ from batch_pipeline.san.ops import (
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.til import auto_generation
 from batch_pipeline.til.config import TilConfig
+from batch_pipeline.til.partitions import PARTITION_SET_TAG, PARTITION_TAG, partition_set_name
 
 UsersOfDayType = auto_generation.USERS_OF_DAY.dagster_type()
 
-check_san_database_for_til = san_database_check_op(TilConfig, "check_san_database_for_til")
+
+def counted_under_its_partition(context: OpExecutionContext) -> None:
+    """Tag the run with its job's partition set where its launcher did not (the GraphQL API, the
+    CLI and `dagster job launch` may set `dagster/partition` alone): the job's Partitions tab
+    counts only runs with both, and showed such a day Missing after it ran."""
+    run: DagsterRun = context.run
+    if PARTITION_TAG in run.tags and PARTITION_SET_TAG not in run.tags:
+        context.instance.add_run_tags(
+            run.run_id, {PARTITION_SET_TAG: partition_set_name(context.job_def.name)}
+        )
+
+
+check_san_database_for_til = san_database_check_op(
+    TilConfig, "check_san_database_for_til", first=counted_under_its_partition
+)
 
 # Dagster's documented run tags: the first run of a re-execution chain; the backfill a run is part
 # of.
@@ -55,6 +70,9 @@ def day_window(context: OpExecutionContext) -> tuple[datetime, datetime]:
         partition_day(context), context.job_def.partitions_def.timezone
     )
 
+
+# The run tag that sums up a TIL run in the run list: "120 TILs for 2026-12-04".
+CREATED_TAG = "created"
 
 # The tag of a TIL run (its root run, for a re-execution) that holds the instant its summaries
 # carry as created_at.
@@ -154,3 +172,8 @@ def create_daily_tils(
         + (" (dry run: nothing written)" if report.dry_run else "")
     )
     warn_about_unannounced_jobs(context, auto_generation.AREA, report.announce_failures)
+    if not report.dry_run:  # the run list shows it
+        created = report.summaries_created
+        context.instance.add_run_tags(
+            context.run_id, {CREATED_TAG: f"{created} TIL{'' if created == 1 else 's'} for {day}"}
+        )

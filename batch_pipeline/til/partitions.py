@@ -21,6 +21,17 @@ SAN_TIL_FIRST_DAY = Setting(
 )
 
 
+# Dagster's run tags of a partitioned run: its partition key (day D), and the partition set that
+# the job's Partitions tab counts a run under (`<job>_partition_set`).
+PARTITION_TAG = "dagster/partition"
+PARTITION_SET_TAG = "dagster/partition_set"
+
+
+def partition_set_name(job_name: str) -> str:
+    """The name Dagster gives a partitioned job's partition set."""
+    return f"{job_name}_partition_set"
+
+
 class TilPartitionsConfigError(ValueError):
     pass
 

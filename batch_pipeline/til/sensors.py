@@ -10,9 +10,7 @@ from dagster import (
 )
 
 from batch_pipeline.til.checks import TIL_DAY_TAG
-
-# Dagster's documented run tag of a partitioned run: its partition key (here, the day D).
-PARTITION_TAG = "dagster/partition"
+from batch_pipeline.til.partitions import PARTITION_TAG
 
 
 def til_checks_after_run(til_job: JobDefinition, til_checks_job):

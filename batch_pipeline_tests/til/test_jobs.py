@@ -12,6 +12,8 @@ from batch_pipeline.definitions import build_definitions, defs
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.tables import TIL_GENERATION
+from batch_pipeline.til.ops import CREATED_TAG
+from batch_pipeline.til.partitions import PARTITION_SET_TAG, PARTITION_TAG
 from batch_pipeline_tests.conftest import job_notifications
 from batch_pipeline_tests.runs import at, run_til
 
@@ -48,6 +50,28 @@ def test_a_partition_run_creates_the_day_tils_and_records_them(san_db):
         meta["day_start_utc"] == "2026-11-27T15:00:00+00:00"
         and meta["day_end_utc"] == "2026-11-28T15:00:00+00:00"
     )
+
+
+def test_a_run_launched_with_its_partition_alone_is_counted_under_the_job_s_partitions(san_db):
+    """The GraphQL API, the CLI and `dagster job launch` may tag a run with `dagster/partition`
+    alone; the job's Partitions tab counts only runs that also carry the partition set."""
+    user = san_db.user()
+    san_db.scrap(user, created_at=at("2026-11-28", 9), card=True)
+    instance = DagsterInstance.ephemeral()
+    result = defs.resolve_job_def("til_auto_generation_job").execute_in_process(
+        tags={PARTITION_TAG: "2026-11-28"},  # as the API callers launch it: no partition set
+        resources={
+            "san_database": SanDatabase(url=san_db.url),
+            "job_dispatcher": JobDispatcherResource(kind="none"),
+        },
+        instance=instance,
+    )
+    assert result.success
+    tags = instance.get_run_by_id(result.run_id).tags
+    assert tags[PARTITION_TAG] == "2026-11-28"
+    assert tags[PARTITION_SET_TAG] == "til_auto_generation_job_partition_set"
+    # and the run list tells what it did
+    assert tags[CREATED_TAG] == "1 TIL for 2026-11-28"
 
 
 def test_pg_notify_announces_every_til_job_once(pg_db):
