@@ -113,7 +113,9 @@ def graphql_client(port: int):
     return DagsterGraphQLClient("127.0.0.1", port_number=port)
 
 
-def submit_through_webserver(port: int, job_name: str, run_config: dict) -> str:
+def submit_through_webserver(
+    port: int, job_name: str, run_config: dict, tags: dict | None = None
+) -> str:
     """Submit a run through the webserver's GraphQL API (retried while the code location is
     still loading); its run id."""
     client = graphql_client(port)
@@ -121,7 +123,10 @@ def submit_through_webserver(port: int, job_name: str, run_config: dict) -> str:
     def submitted():
         try:
             return client.submit_job_execution(
-                job_name, repository_location_name="batch_pipeline", run_config=run_config
+                job_name,
+                repository_location_name="batch_pipeline",
+                run_config=run_config,
+                tags=tags,
             )
         except Exception:  # the code location may still be loading from the code server
             return None
@@ -164,11 +169,11 @@ def wait_for_status(port: int, run_id: str, statuses, timeout_s: float) -> str:
 
 
 def launch_through_webserver(
-    port: int, job_name: str, run_config: dict, timeout_s: float = 300
+    port: int, job_name: str, run_config: dict, timeout_s: float = 300, tags: dict | None = None
 ) -> tuple[str, str]:
     """Submit a run through the webserver's GraphQL API and wait for it to end; returns (run
     id, final status)."""
-    run_id = submit_through_webserver(port, job_name, run_config)
+    run_id = submit_through_webserver(port, job_name, run_config, tags)
     return run_id, wait_for_status(port, run_id, ("SUCCESS", "FAILURE", "CANCELED"), timeout_s)
 
 

@@ -30,7 +30,13 @@ from batch_pipeline.recovery.plan import (
     write_instant,
 )
 from batch_pipeline.recovery.registry import RECOVERIES
-from batch_pipeline.recovery.summary import HEALED_TAG, audit_metadata, run_summary
+from batch_pipeline.recovery.summary import (
+    DRY_RUN,
+    HEALED_TAG,
+    HEALING,
+    audit_metadata,
+    run_summary,
+)
 from batch_pipeline.san.database import database_now, read_transaction
 from batch_pipeline.san.memory import paused_gc
 from batch_pipeline.san.ops import (
@@ -43,7 +49,17 @@ from batch_pipeline.san.ops import (
 )
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 
-check_san_database = san_database_check_op(RecoveryConfig, "check_san_database")
+
+def tag_the_run_as_healing(context: OpExecutionContext, settings: RecoveryConfig) -> None:
+    """The `healed` tag from the run's start, so the run list shows it beside the launch tags
+    (a tag keeps its place when its value changes); each area then sets its count."""
+    summary = DRY_RUN if settings.policy.dry_run else HEALING
+    context.instance.add_run_tags(context.run_id, {HEALED_TAG: summary})
+
+
+check_san_database = san_database_check_op(
+    RecoveryConfig, "check_san_database", first=tag_the_run_as_healing
+)
 
 
 def audit_trail(context: AssetExecutionContext, recovery, report: RecoveryReport):

@@ -19,6 +19,8 @@ from batch_pipeline.san.durations import in_words
 # The run tag that sums up a recovery run in the run list.
 HEALED_TAG = "healed"
 NOTHING_HEALED = "nothing"
+HEALING = "(in progress)"  # until the first area has healed
+DRY_RUN = "nothing (dry run)"
 # Rows of the healed table; every id stays in `recovered` (up to the audit's own limit).
 TABLE_ROWS = 200
 # Counts in the order the UI shows and plots them.

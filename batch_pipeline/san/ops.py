@@ -156,10 +156,10 @@ def warn_about_unannounced_jobs(
 def san_database_check_op(
     config_class: type[Config],
     name: str,
-    first: Callable[[OpExecutionContext], None] | None = None,
+    first: Callable[[OpExecutionContext, Config], None] | None = None,
 ):
-    """The database check op for a job whose run config is `config_class`; `first(context)`
-    runs before the check (the run's own bookkeeping, even when the check fails).
+    """The database check op for a job whose run config is `config_class`; `first(context,
+    config)` runs before the check (the run's own bookkeeping, even when the check fails).
 
     Each job has its own op definition (`name` must be unique in the code location); jobs use
     it under the node name `check_san_database`, so run config always goes there.
@@ -181,7 +181,7 @@ def san_database_check_op(
         job_dispatcher: JobDispatcherResource,
     ) -> config_class:
         if first is not None:
-            first(context)
+            first(context, config)
         engine = san_database.open_verified(config.write_limits)
         dispatcher = job_dispatcher.for_database(engine)
         context.log.info(f"SAN database {redacted(engine.url)}; dispatcher {dispatcher.kind}")

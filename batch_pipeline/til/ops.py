@@ -30,7 +30,7 @@ from batch_pipeline.til.partitions import PARTITION_SET_TAG, PARTITION_TAG, part
 UsersOfDayType = auto_generation.USERS_OF_DAY.dagster_type()
 
 
-def counted_under_its_partition(context: OpExecutionContext) -> None:
+def counted_under_its_partition(context: OpExecutionContext, _settings: TilConfig) -> None:
     """Tag the run with its job's partition set where its launcher did not (the GraphQL API, the
     CLI and `dagster job launch` may set `dagster/partition` alone): the job's Partitions tab
     counts only runs with both, and showed such a day Missing after it ran."""

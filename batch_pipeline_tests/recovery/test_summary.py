@@ -8,6 +8,7 @@ from batch_pipeline.recovery.plan import RecoveryReport
 from batch_pipeline.recovery.registry import RECOVERIES
 from batch_pipeline.recovery.summary import (
     COUNT_ORDER,
+    DRY_RUN,
     HEALED_TAG,
     NOTHING_HEALED,
     audit_metadata,
@@ -75,6 +76,13 @@ def test_a_run_that_healed_nothing_says_nothing(san_db):
     ).asset_materialization.metadata
     assert "healed" not in metadata
     assert metadata["summary"].value.startswith("Nothing healed: no ghost jobs to enqueue")
+
+
+def test_a_dry_run_says_so_in_the_run_list(san_db):
+    san_db.job(CARD_ANALYSIS, 1001, PENDING, created_at=san_db.ago(hours=2))
+    result, instance = run_recovery(san_db, config={"dry_run": True})
+    assert result.success
+    assert instance.get_run_by_id(result.run_id).tags[HEALED_TAG] == DRY_RUN
 
 
 def test_the_sentence_names_what_was_left_and_why():
