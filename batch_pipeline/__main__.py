@@ -34,6 +34,7 @@ from batch_pipeline.san.database import (
 )
 from batch_pipeline.san.errors import first_line as first_line_of
 from batch_pipeline.san.schema import (
+    IndexConflictError,
     SanSchemaError,
     app_guarantee_statement,
     create_recommended_indexes,
@@ -179,6 +180,9 @@ def create_indexes(engine) -> int:
             file=sys.stderr,
         )
         return 2
+    except IndexConflictError as error:
+        print(f"error: {error}; no index was created or dropped.", file=sys.stderr)
+        return 2
     except SQLAlchemyError as error:
         cause = getattr(error, "orig", error)
         first_line = first_line_of(cause)
@@ -207,6 +211,7 @@ def create_indexes(engine) -> int:
         ("rebuilt (was INVALID)", changes.rebuilt),
         ("already there", changes.already_there),
         ("dropped (superseded)", changes.dropped),
+        ("kept (superseded, until the replacement is valid)", changes.kept),
     ):
         print(f"{label}: {', '.join(names) if names else '-'}")
     print(f"recommended indexes present at {redacted(engine.url)}")

@@ -41,6 +41,7 @@ from batch_pipeline.san.schema import (
     SanSchemaError,
     app_guarantee_index,
     app_guarantee_statement,
+    conflict_message,
     index_advice,
     targets_with_two_active_jobs,
     verify_schema,
@@ -198,8 +199,28 @@ def index_findings(conn) -> list[Finding]:
                 warning=True,
             )
         )
-    else:
+    if advice.conflicting:
+        findings.append(
+            Finding(
+                True,
+                "recommended index names held by other indexes: "
+                + ", ".join(advice.conflicting)
+                + ". Detection and the fast lane do not get the index they need",
+                conflict_message(advice.conflicting),
+                warning=True,
+            )
+        )
+    if not advice.missing and not advice.conflicting:
         findings.append(Finding(True, "recommended indexes present"))
+    if advice.superseded_kept:
+        findings.append(
+            Finding(
+                True,
+                "superseded indexes kept until their replacement is valid and as recommended: "
+                + ", ".join(advice.superseded_kept),
+                warning=True,
+            )
+        )
     if advice.superseded:
         findings.append(
             Finding(

@@ -180,7 +180,12 @@ def ghost_backlog(conn: Connection, rule: ghost_jobs.GhostRule) -> AssetCheckRes
 def recovery_indexes(conn: Connection) -> AssetCheckResult:
     advice = index_advice(conn)
     problems = (
-        ["missing: " + ", ".join(ix.name for ix in advice.missing)] if advice.missing else []
+        (["missing: " + ", ".join(ix.name for ix in advice.missing)] if advice.missing else [])
+        + (
+            ["another index holds the name: " + ", ".join(advice.conflicting)]
+            if advice.conflicting
+            else []
+        )
     ) + (
         ["superseded (drop once the replacement exists): " + ", ".join(advice.superseded)]
         if advice.superseded
@@ -198,6 +203,7 @@ def recovery_indexes(conn: Connection) -> AssetCheckResult:
             "missing": [ix.name for ix in advice.missing],
             "create_with": ";\n".join(advice.create_with),
             "superseded": advice.superseded,
+            "conflicting": advice.conflicting,
             "drop_with": ";\n".join(advice.drop_with),
         },
     )

@@ -120,20 +120,31 @@ def targets_with_two_active_jobs(conn: Connection) -> int:
 @dataclass(frozen=True)
 class IndexAdvice:
     """What `doctor`, `create-indexes` and the recovery_indexes check report: the recommended
-    indexes missing (an INVALID one counts as missing: the planner never uses it), and the
-    superseded ones present, each with the statements that fix them."""
+    indexes missing (an INVALID one counts as missing: the planner never uses it), those whose
+    name is taken by another definition, and the superseded ones present, each with the
+    statements that fix them."""
 
     missing: list[RecommendedIndex]
     # of `missing`, those in the catalog but INVALID (rebuilt: dropped, then created)
     invalid: list[str]
     create_with: list[str]
+    # recommended names taken by an index of another definition: name -> the definition found.
+    # Never built over nor dropped: it is someone's index; its owner renames or drops it.
+    conflicting: dict[str, str]
+    # superseded indexes whose replacement is valid and as recommended: safe to drop now
     superseded: list[str]
     drop_with: list[str]
+    # superseded indexes kept until their replacement is in place
+    superseded_kept: list[str]
+
+
+class IndexConflictError(ValueError):
+    """A recommended index's name is taken by an index of another definition."""
 
 
 def index_advice(conn: Connection) -> IndexAdvice:
-    """Which recommended indexes the database lacks and which superseded ones it still has (by
-    name): one catalog inspection for both questions, one more for validity."""
+    """Which recommended indexes the database lacks or has under another definition (compared
+    by definition, not trusted by name), and which superseded ones it still has."""
     db_dialect = dialect(conn)
     inspector = inspect(conn)
     tables = {index.table for index in RECOMMENDED_INDEXES}
@@ -141,17 +152,40 @@ def index_advice(conn: Connection) -> IndexAdvice:
     invalid = db_dialect.invalid_indexes(
         conn, [index.name for index in RECOMMENDED_INDEXES if index.name in present]
     )
+    conflicting = db_dialect.index_definition_problems(
+        conn, [index for index in RECOMMENDED_INDEXES if index.name in present]
+    )
     missing = [
-        index for index in RECOMMENDED_INDEXES if index.name not in present or index.name in invalid
+        index
+        for index in RECOMMENDED_INDEXES
+        if (index.name not in present or index.name in invalid) and index.name not in conflicting
     ]
-    superseded = [name for name in SUPERSEDED_INDEXES if name in present]
+    not_ready = {index.name for index in missing} | set(conflicting)
+    superseded = [
+        name
+        for name, replacement in SUPERSEDED_INDEXES.items()
+        if name in present and replacement not in not_ready
+    ]
     return IndexAdvice(
         missing=missing,
-        invalid=invalid,
+        invalid=[name for name in invalid if name not in conflicting],
         create_with=[db_dialect.drop_index_statement(name) for name in invalid]
         + [db_dialect.create_index_statement(index) for index in missing],
+        conflicting=conflicting,
         superseded=superseded,
         drop_with=[db_dialect.drop_index_statement(name) for name in superseded],
+        superseded_kept=[
+            name for name in SUPERSEDED_INDEXES if name in present and name not in superseded
+        ],
+    )
+
+
+def conflict_message(conflicting: dict[str, str]) -> str:
+    """Which recommended names another index holds, and what to do."""
+    return (
+        "; ".join(f"{name} exists as another index: {found}" for name, found in conflicting.items())
+        + ". It is not the recommended one (table, columns, INCLUDE, predicate): rename or drop "
+        "it, then run create-indexes again"
     )
 
 
@@ -164,21 +198,33 @@ class IndexChanges:
     already_there: list[str]
     dropped: list[str]  # superseded
     statements: list[str]
+    kept: list[str]  # superseded, kept: their replacement is not in place
 
 
 def create_recommended_indexes(engine: Engine) -> IndexChanges:
     """Create the missing recommended indexes (rebuilding INVALID ones), then drop the superseded
-    ones; safe to run again. Each dialect builds them its way (PostgreSQL: CONCURRENTLY, so the
+    ones whose replacement is then valid and as recommended; safe to run again, and runs take
+    turns. A recommended name held by another definition stops it before anything is built
+    (IndexConflictError). Each dialect builds them its way (PostgreSQL: CONCURRENTLY, so the
     app's writes go on, see postgresql.run_index_statements)."""
-    with read_transaction(engine) as conn:  # the catalog reads, with the pipeline's bounded waits
-        advice = index_advice(conn)
-    statements = advice.create_with + advice.drop_with
-    dialect(engine).run_index_statements(engine, statements)
+    db_dialect = dialect(engine)
+    with db_dialect.index_build_lock(engine):
+        with read_transaction(engine) as conn:  # the catalog, with the pipeline's bounded waits
+            advice = index_advice(conn)
+        if advice.conflicting:
+            raise IndexConflictError(conflict_message(advice.conflicting))
+        db_dialect.run_index_statements(engine, advice.create_with)
+        # Drop only what is replaced now: a build that failed or was interrupted leaves its
+        # replacement INVALID, and the superseded index stays.
+        with read_transaction(engine) as conn:
+            after = index_advice(conn)
+        db_dialect.run_index_statements(engine, after.drop_with)
     missing = {index.name for index in advice.missing}
     return IndexChanges(
         created=[index.name for index in advice.missing if index.name not in advice.invalid],
         rebuilt=list(advice.invalid),
         already_there=[index.name for index in RECOMMENDED_INDEXES if index.name not in missing],
-        dropped=list(advice.superseded),
-        statements=statements,
+        dropped=list(after.superseded),
+        statements=advice.create_with + after.drop_with,
+        kept=list(after.superseded_kept),
     )

@@ -12,6 +12,7 @@ dialect has them from the answer of a function every dialect provides:
 """
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -68,6 +69,14 @@ class Dialect(Protocol):
 
     def invalid_indexes(self, conn: Connection, index_names: Sequence[str]) -> list[str]:
         """Which of these indexes exist but are unusable (an interrupted build)."""
+
+    def index_definition_problems(
+        self, conn: Connection, indexes: Sequence[RecommendedIndex]
+    ) -> dict[str, str]:
+        """Of these indexes, those present by name with another definition: name -> what it is."""
+
+    def index_build_lock(self, engine: Engine) -> AbstractContextManager[None]:
+        """Held while create-indexes reads the catalog, builds and drops (runs take turns)."""
 
     def create_index_statement(self, index: RecommendedIndex) -> str:
         """The idempotent DDL of a recommended index."""

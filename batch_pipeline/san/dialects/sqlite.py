@@ -7,7 +7,8 @@ write lock at the start of every transaction instead: that serialises batch_pipe
 as PostgreSQL's advisory lock does.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -86,6 +87,38 @@ def missing_valid_indexes(conn: Connection, index_names: Sequence[str]) -> list[
 
 def invalid_indexes(conn: Connection, index_names: Sequence[str]) -> list[str]:
     return []
+
+
+INDEX_SQL = text("SELECT tbl_name, sql FROM sqlite_master WHERE type = 'index' AND name = :name")
+
+
+def index_definition_problems(
+    conn: Connection, indexes: Sequence[RecommendedIndex]
+) -> dict[str, str]:
+    """Of `indexes`, those present by name whose definition is not the recommended one: SQLite
+    keeps each index's DDL as written (less IF NOT EXISTS); compared from ON on, white space
+    folded."""
+    problems = {}
+    for index in indexes:
+        row = conn.execute(INDEX_SQL, {"name": index.name}).first()
+        if row is None:
+            continue
+        table, sql = row
+        found = " ".join((sql or "").split(" ON ", 1)[-1].split())
+        unique = (sql or "").upper().startswith("CREATE UNIQUE")
+        if (
+            table != index.table
+            or unique != index.unique
+            or found != " ".join(index.sqlite.split())
+        ):
+            problems[index.name] = sql or "(no DDL)"
+    return problems
+
+
+@contextmanager
+def index_build_lock(engine: Engine) -> Iterator[None]:
+    """Nothing to hold: SQLite builds every index inside one write transaction."""
+    yield
 
 
 def create_index_statement(index: RecommendedIndex) -> str:

@@ -1,7 +1,9 @@
 """PostgreSQL's catalog: which indexes exist and are valid (and the planner preference for them),
 their DDL, table sizes, column types and the role's privileges."""
 
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from sqlalchemy import (
     Column,
@@ -9,6 +11,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 
 from batch_pipeline.san.indexes import RecommendedIndex
 
@@ -48,6 +51,95 @@ HAS_UNIQUE_JOB_INDEX = text(
     "SELECT EXISTS (SELECT 1 FROM pg_index WHERE indrelid = to_regclass('jobs') "
     "AND indisunique AND NOT indisprimary)"
 )
+
+
+# An index found by name: whether it is on the expected table, unique, and its definition.
+INDEX_FOUND = text(
+    "SELECT indrelid = to_regclass(:table) AS on_table, indisunique, "
+    "pg_get_indexdef(indexrelid) AS definition FROM pg_index "
+    "WHERE indexrelid = to_regclass(:name)"
+)
+INDEX_DEFINITION = text("SELECT pg_get_indexdef(to_regclass(:name))")
+# What the expected definitions are compared on: PostgreSQL's own rendering of a recommended
+# index, built on an empty temporary copy of its table inside a savepoint that is rolled back.
+PROBE_PREFIX = "san_index_probe_"
+# One create-indexes at a time (ASCII "SANINDEX"): a second run waits, then sees the first's work
+# (and never drops an index the first is still building as "INVALID").
+INDEX_BUILD_LOCK_KEY = 0x53414E494E444558
+TRY_INDEX_BUILD_LOCK = text("SELECT pg_try_advisory_lock(:key)")
+INDEX_BUILD_LOCK_RETRY_S = 0.5
+
+
+def index_definition_problems(
+    conn: Connection, indexes: Sequence[RecommendedIndex]
+) -> dict[str, str]:
+    """Of `indexes`, those present by name whose definition is not the recommended one (table,
+    columns, INCLUDE, predicate, uniqueness): name -> the definition found. Compared with
+    PostgreSQL's rendering of the recommended DDL; where it cannot be rendered (no TEMP
+    privilege, a read-only standby) names are trusted."""
+    found = {}
+    for index in indexes:
+        row = conn.execute(INDEX_FOUND, {"name": index.name, "table": index.table}).first()
+        if row is not None:
+            found[index] = row
+    if not found:
+        return {}
+    expected = rendered_definitions(conn, list(found))
+    if expected is None:
+        return {}
+    return {
+        index.name: row.definition
+        for index, row in found.items()
+        if not row.on_table
+        or row.indisunique != index.unique
+        or shape(row.definition) != shape(expected[index.name])
+    }
+
+
+def shape(definition: str) -> str:
+    """An index definition from its access method on: columns, INCLUDE, predicate."""
+    return definition.split(" USING ", 1)[-1]
+
+
+def rendered_definitions(
+    conn: Connection, indexes: Sequence[RecommendedIndex]
+) -> dict[str, str] | None:
+    """PostgreSQL's definition of each recommended index, by name, or None if it cannot be
+    rendered here."""
+    savepoint = conn.begin_nested()
+    try:
+        for table in sorted({index.table for index in indexes}):
+            conn.execute(text(f"CREATE TEMP TABLE {PROBE_PREFIX}{table} (LIKE {table})"))
+        rendered = {}
+        for position, index in enumerate(indexes):
+            body = index.postgresql.removeprefix(f"{index.table} ")
+            probe = f"{PROBE_PREFIX}{position}"
+            unique = "UNIQUE " if index.unique else ""
+            conn.execute(
+                text(f"CREATE {unique}INDEX {probe} ON {PROBE_PREFIX}{index.table} {body}")
+            )
+            rendered[index.name] = conn.execute(
+                INDEX_DEFINITION, {"name": f"pg_temp.{probe}"}
+            ).scalar_one()
+        return rendered
+    except DBAPIError:
+        return None
+    finally:
+        savepoint.rollback()
+
+
+@contextmanager
+def index_build_lock(engine: Engine) -> Iterator[None]:
+    """Held while create-indexes reads the catalog, builds and drops: runs take turns."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        # Tried, not waited for: a session waiting in pg_advisory_lock is a running statement,
+        # and the holder's CREATE INDEX CONCURRENTLY would wait for it to end, forever.
+        while not conn.execute(TRY_INDEX_BUILD_LOCK, {"key": INDEX_BUILD_LOCK_KEY}).scalar_one():
+            time.sleep(INDEX_BUILD_LOCK_RETRY_S)
+        try:
+            yield
+        finally:
+            conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": INDEX_BUILD_LOCK_KEY})
 
 
 def avoid_full_scans(conn: Connection, index_names: Sequence[str]) -> None:
