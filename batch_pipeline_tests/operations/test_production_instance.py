@@ -1,6 +1,7 @@
 """deploy/dagster.prod.yaml for real: dagster-daemon and dagster-webserver on PostgreSQL storage
-(the local server): a scheduled tick launches a recovery run which succeeds, and a run whose
-process is SIGKILLed mid-write frees the queue at once and is audited by the next run."""
+(the local server): a scheduled tick launches a recovery run which succeeds, a run whose
+process is SIGKILLed mid-write frees the queue at once and is audited by the next run, and a run
+stopped by the UI's Terminate or a SIGTERM commits no batch after the one in flight."""
 
 import os
 import signal
