@@ -180,47 +180,23 @@ def index_findings(conn) -> list[Finding]:
     advice = index_advice(conn)
     findings = []
     if advice.missing:
-        invalid = (
-            f" (INVALID, left by an interrupted build: {', '.join(advice.invalid)})"
-            if advice.invalid
-            else ""
-        )
-        findings.append(
-            Finding(
-                True,
-                "missing recommended indexes: "
-                + ", ".join(ix.name for ix in advice.missing)
-                + invalid
-                + ". Ready without them, but detection then reads whole tables (slow at SAN's "
-                "size: docs/benchmarks.md) and the fast lane stays off",
-                "run `python -m batch_pipeline create-indexes`, or:\n      "
-                + ";\n      ".join(advice.create_with)
-                + ";",
-                warning=True,
-            )
-        )
-    if advice.conflicting:
-        findings.append(
-            Finding(
-                True,
-                "recommended index names held by other indexes: "
-                + ", ".join(advice.conflicting)
-                + ". Detection and the fast lane do not get the index they need",
-                conflict_message(advice.conflicting),
-                warning=True,
-            )
-        )
+        invalid = ", ".join(advice.invalid)
+        what = "missing recommended indexes: " + ", ".join(ix.name for ix in advice.missing)
+        what += f" (INVALID, left by an interrupted build: {invalid})" if invalid else ""
+        what += ". Ready without them, but detection then reads whole tables (slow at SAN's "
+        what += "size: docs/benchmarks.md) and the fast lane stays off"
+        fix = "run `python -m batch_pipeline create-indexes`, or:\n      "
+        fix += ";\n      ".join(advice.create_with) + ";"
+        findings.append(Finding(True, what, fix, warning=True))
+    if advice.conflicting:  # another index holds a recommended name
+        why = ". Detection and the fast lane do not get the index they need"
+        what = "recommended index names held by other indexes: " + ", ".join(advice.conflicting)
+        findings.append(Finding(True, what + why, conflict_message(advice.conflicting), True))
     if not advice.missing and not advice.conflicting:
         findings.append(Finding(True, "recommended indexes present"))
     if advice.superseded_kept:
-        findings.append(
-            Finding(
-                True,
-                "superseded indexes kept until their replacement is valid and as recommended: "
-                + ", ".join(advice.superseded_kept),
-                warning=True,
-            )
-        )
+        kept = ", ".join(advice.superseded_kept)
+        findings.append(Finding(True, f"superseded, kept until replaced: {kept}", warning=True))
     if advice.superseded:
         findings.append(
             Finding(
