@@ -179,18 +179,15 @@ def ghost_backlog(conn: Connection, rule: ghost_jobs.GhostRule) -> AssetCheckRes
 
 def recovery_indexes(conn: Connection) -> AssetCheckResult:
     advice = index_advice(conn)
-    problems = (
-        (["missing: " + ", ".join(ix.name for ix in advice.missing)] if advice.missing else [])
-        + (
-            ["another index holds the name: " + ", ".join(advice.conflicting)]
-            if advice.conflicting
-            else []
+    problems = [
+        f"{label}: {', '.join(names)}"
+        for label, names in (
+            ("missing", [ix.name for ix in advice.missing]),
+            ("another index holds the name", list(advice.conflicting)),
+            ("superseded (drop once the replacement exists)", advice.superseded),
         )
-    ) + (
-        ["superseded (drop once the replacement exists): " + ", ".join(advice.superseded)]
-        if advice.superseded
-        else []
-    )
+        if names
+    ]
     return AssetCheckResult(
         asset_key=ghost_jobs.AREA,
         check_name=RECOVERY_INDEXES.name,

@@ -51,8 +51,8 @@ from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 
 
 def tag_the_run_as_healing(context: OpExecutionContext, settings: RecoveryConfig) -> None:
-    """The `healed` tag from the run's start, so the run list shows it beside the launch tags
-    (a tag keeps its place when its value changes); each area then sets its count."""
+    """The `healed` tag from the run's start: the run list says "(in progress)" while it runs,
+    or that a dry run writes nothing; each area then sets its count."""
     summary = DRY_RUN if settings.policy.dry_run else HEALING
     context.instance.add_run_tags(context.run_id, {HEALED_TAG: summary})
 

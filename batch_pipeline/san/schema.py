@@ -160,6 +160,8 @@ def index_advice(conn: Connection) -> IndexAdvice:
         for index in RECOMMENDED_INDEXES
         if (index.name not in present or index.name in invalid) and index.name not in conflicting
     ]
+    # an INVALID index of another definition is someone else's: never dropped to rebuild it
+    invalid = [name for name in invalid if name not in conflicting]
     not_ready = {index.name for index in missing} | set(conflicting)
     superseded = [
         name
@@ -168,7 +170,7 @@ def index_advice(conn: Connection) -> IndexAdvice:
     ]
     return IndexAdvice(
         missing=missing,
-        invalid=[name for name in invalid if name not in conflicting],
+        invalid=invalid,
         create_with=[db_dialect.drop_index_statement(name) for name in invalid]
         + [db_dialect.create_index_statement(index) for index in missing],
         conflicting=conflicting,

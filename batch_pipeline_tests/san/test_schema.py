@@ -162,3 +162,18 @@ def test_two_create_indexes_at_once_take_turns(pg_db):
     with pg_db.engine.connect() as conn:
         advice = index_advice(conn)
     assert advice.missing == [] and advice.conflicting == {} and advice.superseded_kept == []
+
+
+def test_an_invalid_index_of_another_definition_is_not_offered_for_a_rebuild(pg_db):
+    with pg_db.engine.begin() as conn:
+        conn.execute(text(f"CREATE INDEX {ACTIVE_JOBS_INDEX} ON jobs (id)"))
+        conn.execute(
+            text(
+                "UPDATE pg_index SET indisvalid = false WHERE indexrelid = "
+                f"to_regclass('{ACTIVE_JOBS_INDEX}')"
+            )
+        )
+    with pg_db.engine.connect() as conn:
+        advice = index_advice(conn)
+    assert list(advice.conflicting) == [ACTIVE_JOBS_INDEX] and advice.invalid == []
+    assert not [s for s in advice.create_with if ACTIVE_JOBS_INDEX in s]
