@@ -18,6 +18,14 @@ EARLIER_UNREFINED_INDEX = (
 )
 
 
+def left_invalid(conn, name: str) -> None:
+    """What an interrupted CREATE INDEX CONCURRENTLY leaves: the index, INVALID."""
+    conn.execute(
+        text("UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass(:name)"),
+        {"name": name},
+    )
+
+
 def index_names(db) -> set[str]:
     with db.engine.connect() as conn:
         inspector = inspect(conn)
@@ -72,12 +80,7 @@ def test_an_invalid_index_counts_as_missing_and_create_indexes_rebuilds_it(pg_db
     create_recommended_indexes(pg_db.engine)
     # what an interrupted CREATE INDEX CONCURRENTLY leaves behind
     with pg_db.engine.begin() as conn:
-        conn.execute(
-            text(
-                "UPDATE pg_index SET indisvalid = false WHERE indexrelid = "
-                "to_regclass('ix_san_jobs_target')"
-            )
-        )
+        left_invalid(conn, "ix_san_jobs_target")
     with pg_db.engine.connect() as conn:
         advice = index_advice(conn)
         assert [index.name for index in advice.missing] == [
@@ -137,12 +140,7 @@ def test_the_superseded_index_stays_until_its_replacement_is_valid(pg_db):
     with pg_db.engine.begin() as conn:
         conn.execute(text(EARLIER_ACTIVE_INDEX))
         # the replacement's build was interrupted: INVALID
-        conn.execute(
-            text(
-                "UPDATE pg_index SET indisvalid = false WHERE indexrelid = "
-                f"to_regclass('{ACTIVE_JOBS_INDEX}')"
-            )
-        )
+        left_invalid(conn, ACTIVE_JOBS_INDEX)
     with pg_db.engine.connect() as conn:
         advice = index_advice(conn)
     assert advice.superseded == [] and advice.superseded_kept == [SUPERSEDED_ACTIVE]
@@ -167,12 +165,7 @@ def test_two_create_indexes_at_once_take_turns(pg_db):
 def test_an_invalid_index_of_another_definition_is_not_offered_for_a_rebuild(pg_db):
     with pg_db.engine.begin() as conn:
         conn.execute(text(f"CREATE INDEX {ACTIVE_JOBS_INDEX} ON jobs (id)"))
-        conn.execute(
-            text(
-                "UPDATE pg_index SET indisvalid = false WHERE indexrelid = "
-                f"to_regclass('{ACTIVE_JOBS_INDEX}')"
-            )
-        )
+        left_invalid(conn, ACTIVE_JOBS_INDEX)
     with pg_db.engine.connect() as conn:
         advice = index_advice(conn)
     assert list(advice.conflicting) == [ACTIVE_JOBS_INDEX] and advice.invalid == []
