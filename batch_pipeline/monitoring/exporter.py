@@ -5,6 +5,10 @@ Ten scrapers cost one reading: readings are taken at most every `cache_seconds` 
 time, under a lock) and served from the cache in between. A source that fails gives its `_up`
 gauge 0 and its error in the log (once per new error), never an error page: the scrape itself
 always answers, so Prometheus sees the failure instead of a missing target.
+
+A source that does not answer is a failure too. Server-side timeouts cannot see a connection
+that stopped forwarding (a partition, a stalled pooler): each source is read in a thread of its
+own and waited for at most READ_DEADLINE, so a scrape always answers within seconds.
 """
 
 import logging
@@ -12,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 
 from dagster import DagsterInstance
 from prometheus_client.core import (
@@ -49,25 +54,70 @@ class Readings:
     took_seconds: float
 
 
+# How long a scrape waits for a source's answer. SCRAPE_LIMITS bound SAN's statements to 3 s on
+# the server; this bounds what the server cannot see, within Prometheus' 10 s scrape timeout.
+READ_DEADLINE = timedelta(seconds=5)
+# A reading still unanswered after this is given up: the next scrape starts a new one. Until
+# then scrapes wait on the one in flight, so a black-holed connection costs one thread, not one
+# per scrape.
+ABANDON_READING_AFTER = timedelta(seconds=60)
+
+
+class Reading:
+    """One read of a source, in a daemon thread (a hung read never holds the process's exit)."""
+
+    def __init__(self, read: Callable):
+        self.started = time.monotonic()
+        self.done = threading.Event()
+        self.value = self.error = None
+        threading.Thread(target=self._run, args=(read,), daemon=True, name="metrics-read").start()
+
+    def _run(self, read: Callable) -> None:
+        try:
+            self.value = read()
+        except Exception as error:  # any failure of a source is its `_up 0`, never a 500
+            self.error = error
+        finally:
+            self.done.set()
+
+    def age(self) -> float:
+        return time.monotonic() - self.started
+
+
 class Source:
     """One thing the endpoint reads, and its latest error (logged once, when it changes)."""
 
-    def __init__(self, name: str, read: Callable):
+    def __init__(self, name: str, read: Callable, deadline: timedelta = READ_DEADLINE):
         self.name, self.read, self.error = name, read, None
+        self.deadline = deadline.total_seconds()
+        self._reading: Reading | None = None
+
+    def start(self) -> None:
+        """Start a reading, unless one is still in flight and not yet given up."""
+        reading = self._reading
+        given_up = reading is not None and reading.age() > ABANDON_READING_AFTER.total_seconds()
+        if reading is None or reading.done.is_set() or given_up:
+            self._reading = Reading(self.read)
 
     def __call__(self):
-        try:
-            value = self.read()
-        except Exception as error:  # any failure of a source is its `_up 0`, never a 500
-            said = f"{type(error).__name__}: {first_line(error)}"
-            if said != self.error:
-                log.warning("metrics: cannot read %s: %s", self.name, said)
-            self.error = said
-            return None
+        """The reading started last, waited for until its deadline."""
+        if self._reading is None:
+            self.start()
+        reading = self._reading
+        if not reading.done.wait(max(0.0, self.deadline - reading.age())):
+            return self._failed(f"no answer within {self.deadline:g} s")
+        if reading.error is not None:
+            return self._failed(f"{type(reading.error).__name__}: {first_line(reading.error)}")
         if self.error is not None:
             log.info("metrics: %s is readable again", self.name)
         self.error = None
-        return value
+        return reading.value
+
+    def _failed(self, said: str) -> None:
+        if said != self.error:
+            log.warning("metrics: cannot read %s: %s", self.name, said)
+        self.error = said
+        return None
 
 
 class HealingCollector(Collector):
@@ -100,6 +150,8 @@ class HealingCollector(Collector):
             cached = self._readings
             if cached is None or time.time() - cached.taken_at >= self.cache_seconds:
                 started = time.monotonic()
+                self.san.start()  # both at once: a scrape waits for the slower, not the sum
+                self.dagster.start()
                 san, dagster = self.san(), self.dagster()
                 self._readings = Readings(
                     san=san,

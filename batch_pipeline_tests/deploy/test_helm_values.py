@@ -17,6 +17,8 @@ from pathlib import Path
 
 import yaml
 
+from batch_pipeline.monitoring.exporter import READ_DEADLINE
+
 VALUES = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "values.yaml"
 
 OPEN = object()  # a Kubernetes definition: any mapping
@@ -363,7 +365,8 @@ def test_only_known_settings_are_set_and_no_secret_in_plain_sight():
 
 def test_the_metrics_manifest_runs_the_code_server_s_image_with_its_settings_as_non_root():
     """deploy/helm/metrics.yaml, applied beside the chart: the same image and SAN secret as the
-    user deployment, the port Prometheus is told of, probes on /metrics, non-root."""
+    user deployment, the port Prometheus is told of, probes on /metrics that wait for a slow
+    reading, non-root."""
     deployment, service, monitor = yaml.safe_load_all((VALUES.parent / "metrics.yaml").read_text())
     user = yaml.safe_load(VALUES.read_text())["dagster-user-deployments"]["deployments"][0]
     pod = deployment["spec"]["template"]["spec"]
@@ -383,6 +386,8 @@ def test_the_metrics_manifest_runs_the_code_server_s_image_with_its_settings_as_
     assert pod["automountServiceAccountToken"] is False
     for probe in ("readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["path"] == "/metrics"
+        # a slow source is answered as `_up 0` after READ_DEADLINE: not a reason to restart
+        assert container[probe]["timeoutSeconds"] > READ_DEADLINE.total_seconds()
     annotations = service["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/port"] == (
         "9464"

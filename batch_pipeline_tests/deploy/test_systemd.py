@@ -39,6 +39,11 @@ def test_each_unit_stops_mixed_and_reads_the_environment_file(path):
     assert service["ExecStart"].startswith(f"{INSTALLED_AT}/.venv/bin/")
 
 
+def test_the_metrics_endpoint_listens_on_this_host_only_as_documented():
+    exec_start = unit(ROOT / "deploy" / "systemd" / "batch-pipeline-metrics.service")["Service"]
+    assert "--host 127.0.0.1 " in exec_start["ExecStart"]
+
+
 @pytest.mark.parametrize("path", UNITS, ids=lambda path: path.name)
 def test_systemd_accepts_each_unit_where_the_checkout_is_installed(path, tmp_path):
     """systemd-analyze verify: every directive known, every executable there (this checkout's

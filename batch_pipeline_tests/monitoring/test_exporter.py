@@ -1,8 +1,11 @@
 """The metrics endpoint over HTTP, as Prometheus scrapes it: SAN's backlog, the heals and the
-healer's liveness from Dagster's instance; a broken database is `batch_pipeline_san_up 0`,
-never an error page; ten scrapes cost one reading."""
+healer's liveness from Dagster's instance; a broken or silent source is its `_up 0`, never an
+error page nor a hung scrape; ten scrapes cost one reading; idle or many clients are served."""
 
 import logging
+import socket
+import subprocess
+import threading
 import time
 import urllib.request
 from datetime import timedelta
@@ -11,16 +14,18 @@ import pytest
 from dagster import instance_for_test
 from dagster._core.scheduler.instigation import TickStatus
 from dagster._daemon.types import DaemonHeartbeat
-from prometheus_client import start_http_server
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import make_url
 
 from batch_pipeline.fast_lane.sensors import SENSOR_NAME
 from batch_pipeline.fast_lane.tick import LaneState
+from batch_pipeline.monitoring import server
 from batch_pipeline.monitoring.exporter import EXPORTED_METRICS, HealingCollector
-from batch_pipeline.monitoring.server import registry_for
+from batch_pipeline.monitoring.server import registry_for, start_server
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.tables import CARD_ANALYSIS, PENDING
 from batch_pipeline.support.heal_totals import update_heal_totals
+from batch_pipeline_tests.network import StallingProxy
 from batch_pipeline_tests.processes import free_port
 from batch_pipeline_tests.runs import record_sensor_tick, run_recovery
 
@@ -33,11 +38,10 @@ class Endpoint:
     def __init__(self, collector: HealingCollector):
         self.collector = collector
         self.port = free_port()
-        self.server, self.thread = start_http_server(
-            self.port, addr="127.0.0.1", registry=registry_for(collector)
-        )
+        self.server, self.thread = start_server(registry_for(collector), "127.0.0.1", self.port)
 
     def scrape(self) -> dict:
+        # 10 s: Prometheus' scrape timeout; a scrape that has not answered by then is lost
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as page:
             assert page.status == 200
             text = page.read().decode()
@@ -167,3 +171,107 @@ def test_ten_scrapes_within_the_cache_cost_one_reading(san_db, endpoint):
         for _ in range(10):
             assert value(served.scrape(), "batch_pipeline_san_up") == 1
         assert len(readings) == 1
+
+
+def reading_threads() -> int:
+    return sum(thread.name == "metrics-read" for thread in threading.enumerate())
+
+
+def test_a_database_that_stops_answering_is_san_up_0_and_the_scrape_still_answers(
+    pg_db, endpoint, caplog
+):
+    """Behind a proxy that stops forwarding, no server timeout fires: each scrape still answers
+    (within the 10 s of `scrape`), with `_up 0`, and waits on the one reading in flight instead
+    of starting another. Forwarding again, the reading ends and SAN is up again."""
+    with StallingProxy("127.0.0.1", make_url(pg_db.url).port or 5432) as proxy:
+        engine = create_san_engine(make_url(pg_db.url).set(port=proxy.port).render_as_string(False))
+        with instance_for_test() as instance, caplog.at_level(logging.WARNING):
+            served = endpoint(engine, instance)
+            assert value(served.scrape(), "batch_pipeline_san_up") == 1
+            proxy.stall()
+            for _ in range(3):
+                samples = served.scrape()
+                assert value(samples, "batch_pipeline_san_up") == 0
+                assert value(samples, "batch_pipeline_dagster_up") == 1
+            assert reading_threads() == 1
+            proxy.resume()
+            deadline = time.monotonic() + 30
+            while value(served.scrape(), "batch_pipeline_san_up") != 1:
+                assert time.monotonic() < deadline, "SAN never readable again after the stall"
+                time.sleep(0.5)
+        engine.dispose()
+    warnings = [r.getMessage() for r in caplog.records if "cannot read" in r.getMessage()]
+    assert warnings == ["metrics: cannot read the SAN database: no answer within 5 s"]
+
+
+def test_dagster_storage_that_stops_answering_is_dagster_up_0(san_db, endpoint):
+    released = threading.Event()
+
+    def silent_instance():
+        released.wait(60)
+        raise RuntimeError("storage gone")
+
+    served = endpoint(san_db.engine, None)
+    served.collector.dagster.read = silent_instance
+    try:
+        samples = served.scrape()
+        assert value(samples, "batch_pipeline_dagster_up") == 0
+        assert value(samples, "batch_pipeline_san_up") == 1
+    finally:
+        released.set()
+
+
+def test_a_path_other_than_metrics_is_404(san_db, endpoint):
+    served = endpoint(san_db.engine, None)
+    for path in ("/", "/metric", "/favicon.ico"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{served.port}{path}", timeout=10)
+        assert refused.value.code == 404
+        assert b"/metrics" in refused.value.read()
+
+
+def test_an_idle_connection_is_closed_and_its_thread_ends(san_db, endpoint, monkeypatch):
+    monkeypatch.setattr(server.IdleClosingHandler, "timeout", 0.5)
+    served = endpoint(san_db.engine, None)
+    before = threading.active_count()
+    idle = [socket.create_connection(("127.0.0.1", served.port)) for _ in range(50)]
+    try:
+        for sock in idle:
+            sock.settimeout(10)
+            assert sock.recv(1) == b""  # the server closed it: it sent nothing in time
+    finally:
+        for sock in idle:
+            sock.close()
+    deadline = time.monotonic() + 10
+    while threading.active_count() > before:
+        assert time.monotonic() < deadline, "the idle connections' threads did not end"
+        time.sleep(0.1)
+    assert value(served.scrape(), "batch_pipeline_san_up") == 1
+
+
+def listen_backlog(port: int) -> int:
+    """The kernel's queue for the port's listening socket (`ss`'s Send-Q of a LISTEN socket)."""
+    listing = subprocess.run(
+        ["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    return int(listing[2])
+
+
+def test_200_simultaneous_scrapes_are_all_answered(san_db, endpoint):
+    """Connections that arrive while the accepting thread is busy wait in the kernel's queue: the
+    standard library's 5 dropped the rest of a burst of scrapes."""
+    served = endpoint(san_db.engine, None, cache_seconds=60)
+    assert listen_backlog(served.port) >= 200
+    statuses: list[int] = []
+
+    def scrape():
+        url = f"http://127.0.0.1:{served.port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as page:
+            statuses.append(page.status)
+
+    scrapers = [threading.Thread(target=scrape) for _ in range(200)]
+    for scraper in scrapers:
+        scraper.start()
+    for scraper in scrapers:
+        scraper.join(30)
+    assert statuses == [200] * 200

@@ -47,6 +47,17 @@ def normalise_url(url: URL) -> URL:
     )
 
 
+# A server that vanished without closing the connection (a host lost, a partition) is seen by
+# the kernel within about a minute instead of the default two hours: a statement waiting on it
+# fails, and its run retries or ends.
+TCP_KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
+
+
 def create_engine(url: URL) -> Engine:
     """An engine whose every transaction starts with BEGIN_SETTINGS, and lz4 compression of
     its WAL where the role may (the `begin` event: jobs, sensors, `doctor` and the CLI alike).
@@ -64,6 +75,7 @@ def create_engine(url: URL) -> Engine:
             "connect_timeout": 10,
             "application_name": "batch_pipeline",
             "prepare_threshold": None,
+            **TCP_KEEPALIVES,
         },
     )
     begin_statement = [BEGIN_SETTINGS]  # what each transaction starts with, decided below

@@ -10,6 +10,7 @@ from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
 from batch_pipeline.recovery.targets import detect_targets
 from batch_pipeline.san.database import create_san_engine, database_now, read_transaction
 from batch_pipeline.san.dialects import postgresql
+from batch_pipeline.san.dialects.postgresql.session import TCP_KEEPALIVES
 from batch_pipeline.san.limits import WriteLimits
 from batch_pipeline.san.tables import scraps
 from batch_pipeline_tests.conftest import ODD_SESSION_DEFAULTS, with_session_defaults
@@ -108,3 +109,11 @@ def test_a_role_that_may_compresses_its_wal_and_one_that_may_not_writes_as_befor
         with pg_db.engine.begin() as conn:
             conn.execute(text(f"GRANT SET ON PARAMETER wal_compression TO {role}"))
         assert wal_compression_inside(writer) == "lz4"
+
+
+def test_each_connection_probes_a_silent_server_with_tcp_keepalives(pg_db):
+    with pg_db.engine.connect() as conn:
+        parameters = conn.connection.dbapi_connection.info.get_parameters()
+    assert {name: parameters.get(name) for name in TCP_KEEPALIVES} == {
+        name: str(value) for name, value in TCP_KEEPALIVES.items()
+    }
