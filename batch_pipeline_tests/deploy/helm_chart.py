@@ -81,9 +81,14 @@ def user_env_config_map(deployment: dict) -> str:
     return f"{USER_CHART_FULLNAME}-{deployment['name']}-user-env"
 
 
-def user_deployment_container_context(values: dict, deployment: dict) -> dict:
+def user_deployment_container_context(values: dict, deployment: dict) -> dict | None:
     """The sub-chart's helpers/_helpers.tpl, `dagsterUserDeployments.k8sContainerContext`: what
-    includeConfigInLaunchedRuns gives each run (DAGSTER_CONTAINER_CONTEXT of the code server)."""
+    includeConfigInLaunchedRuns gives each run (DAGSTER_CONTAINER_CONTEXT of the code server;
+    none when it is disabled, deployment-user.yaml). The 1.13 template also renders
+    `run_k8s_config.pod_spec_config.automount_service_account_token: true`, and the location's
+    context is merged over the run launcher's: it wins over the launcher's `runK8sConfig`."""
+    if not (deployment.get("includeConfigInLaunchedRuns") or {"enabled": True})["enabled"]:
+        return None
     home = chart_global(values)
     service_account = home["serviceAccountName"] or f"{USER_CHART_FULLNAME}-user-deployments"
     k8s = {
@@ -107,6 +112,11 @@ def user_deployment_container_context(values: dict, deployment: dict) -> dict:
         k8s["env_secrets"] = _names(deployment["envSecrets"])
     if isinstance(deployment.get("env"), list):
         k8s["env"] = deployment["env"]
+    pod_spec_config: dict = {"automount_service_account_token": True}
+    for key, name in (("sidecarContainers", "containers"), ("initContainers", "init_containers")):
+        if deployment.get(key):
+            pod_spec_config[name] = deployment[key]
+    k8s["run_k8s_config"] = {"pod_spec_config": pod_spec_config}
     return {"k8s": k8s}
 
 
@@ -271,12 +281,31 @@ def resolved_env(container: dict, config_maps: dict, secrets: dict) -> dict[str,
     return env
 
 
+def config_map_file(config_maps: dict, volume: dict, mount: dict, files: Path | None) -> str:
+    """A configMap volume's key mounted with `subPath`, as a read-only bind of a file written
+    under `files`."""
+    if files is None or "subPath" not in mount:
+        raise PodRefused(f"volume {mount['name']}: a configMap is modelled by subPath only")
+    name = volume["configMap"]["name"]
+    path = files / name / mount["subPath"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(config_maps[name][mount["subPath"]])
+    path.chmod(0o644)
+    return f"type=bind,source={path},destination={mount['mountPath']},readonly"
+
+
 def docker_run_command(
-    job: dict, config_maps: dict, secrets: dict, extra_mounts: list[str], name: str
+    job: dict,
+    config_maps: dict,
+    secrets: dict,
+    extra_mounts: list[str],
+    name: str,
+    files: Path | None = None,
 ) -> list[str]:
     """`docker run` for the Job's one container, as the kubelet would start it: its user and
-    security context, its environment, its volumes (emptyDir as tmpfs), its args, its memory
-    limit; the host's network (this machine's Docker has no bridge)."""
+    security context, its environment, its volumes (emptyDir as tmpfs, a configMap's key as a
+    file written under `files`), its args, its memory limit; the host's network (this
+    machine's Docker has no bridge)."""
     pod = job["spec"]["template"]["spec"]
     [container] = pod["containers"]
     user = effective_user(pod, container, image_user(container["image"]))
@@ -295,9 +324,12 @@ def docker_run_command(
     volumes = {volume["name"]: volume for volume in pod.get("volumes") or []}
     for mount in container.get("volumeMounts") or []:
         volume = volumes[mount["name"]]
-        if "emptyDir" not in volume:
-            raise PodRefused(f"volume {mount['name']}: only emptyDir is modelled here")
-        command += ["--mount", f"type=tmpfs,destination={mount['mountPath']},tmpfs-mode=1777"]
+        if "configMap" in volume:
+            command += ["--mount", config_map_file(config_maps, volume, mount, files)]
+        elif "emptyDir" in volume:
+            command += ["--mount", f"type=tmpfs,destination={mount['mountPath']},tmpfs-mode=1777"]
+        else:
+            raise PodRefused(f"volume {mount['name']}: only emptyDir and configMap are modelled")
     for mount in extra_mounts:
         command += ["--mount", mount]
     limit = ((container.get("resources") or {}).get("limits") or {}).get("memory")

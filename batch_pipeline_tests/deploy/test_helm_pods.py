@@ -25,6 +25,7 @@ import uuid
 import pytest
 import yaml
 from dagster import AssetKey, DagsterRunStatus
+from sqlalchemy import URL, create_engine, text
 
 from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
@@ -103,7 +104,11 @@ def test_the_webserver_daemon_and_code_server_pods_are_restricted_and_bind_no_lo
         assert part["resources"]["requests"]["cpu"] and part["resources"]["requests"]["memory"]
     assert deployment["livenessProbe"] and deployment["startupProbe"]["enabled"] is True
     assert shipped["dagsterDaemon"]["livenessProbe"]["failureThreshold"] > 1
-    assert shipped["migrate"]["enabled"] is True  # job-instance-migrate.yaml
+    assert shipped["migrate"]["enabled"] is False  # deploy/helm/migrate.yaml instead
+    # every init container of the webserver's, the read-only webserver's and the daemon's pods
+    for part in (shipped["dagsterWebserver"], shipped["dagsterDaemon"]):
+        requests = part["initContainerResources"]["requests"]
+        assert requests["cpu"] and requests["memory"]
     assert deployment["env"]["SAN_DAGSTER_BASE_URL"].startswith("https://")
     assert shipped["dagster-user-deployments"]["rbacEnabled"] is False
 
@@ -232,3 +237,51 @@ def test_the_code_server_container_serves_and_answers_its_probe(tmp_path, pg_db)
         assert user == "10001"
     finally:
         docker("rm", "-f", name, check=False)
+
+
+@pytest.mark.system
+@pytest.mark.timeout(900)
+def test_the_migrate_job_creates_dagster_s_schema_on_an_empty_database(tmp_path):
+    """deploy/helm/migrate.yaml's Job, run as the kubelet would (its user, read-only root, the
+    ConfigMap's dagster.yaml at the image's home) against an empty database: Dagster's schema is
+    there afterwards, and a second run (the same Job applied on an upgrade) changes nothing."""
+    from batch_pipeline_tests.conftest import pg_admin_url
+    from batch_pipeline_tests.processes import dagster_storage_database
+
+    built_image(tmp_path)
+    config_map, job = yaml.safe_load_all((ROOT / "deploy" / "helm" / "migrate.yaml").read_text())
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    container["image"] = IMAGE
+    with dagster_storage_database(pg_admin_url()) as storage:
+        instance = yaml.safe_load(config_map["data"]["dagster.yaml"])
+        instance["storage"]["postgres"]["postgres_db"].update(
+            hostname=storage["DAGSTER_PG_HOST"],
+            port=int(storage["DAGSTER_PG_PORT"]),
+            username=storage["DAGSTER_PG_USER"],
+            db_name=storage["DAGSTER_PG_DB"],
+        )
+        config_maps = {config_map["metadata"]["name"]: {"dagster.yaml": yaml.safe_dump(instance)}}
+        secrets = {"dagster-postgresql-secret": {PG_PASSWORD_KEY: storage["DAGSTER_PG_PASSWORD"]}}
+        for attempt in ("first", "again"):
+            name = f"bp-migrate-{attempt}-{uuid.uuid4().hex[:8]}"
+            command = docker_run_command(job, config_maps, secrets, [], name, tmp_path / "files")
+            try:
+                finished = subprocess.run(command, capture_output=True, text=True, timeout=600)
+            finally:
+                docker("rm", "-f", name, check=False)
+            assert finished.returncode == 0, finished.stdout[-2000:] + finished.stderr[-2000:]
+        database = create_engine(
+            URL.create(
+                "postgresql+psycopg",
+                username=storage["DAGSTER_PG_USER"],
+                host=storage["DAGSTER_PG_HOST"],
+                port=int(storage["DAGSTER_PG_PORT"]),
+                database=storage["DAGSTER_PG_DB"],
+            )
+        )
+        try:
+            with database.connect() as conn:  # the runs table, and the schema's version stamped
+                assert conn.execute(text("SELECT count(*) FROM runs")).scalar() == 0
+                assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        finally:
+            database.dispose()

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from batch_pipeline.monitoring.exporter import READ_DEADLINE
+from batch_pipeline_tests.deploy.helm_chart import user_env_config_map
 
 VALUES = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "values.yaml"
 
@@ -301,15 +302,20 @@ def test_the_location_keeps_its_name_batch_pipeline():
 
 
 def test_each_run_gets_the_resources_a_recovery_run_needs():
-    """dagster-user-deployments/templates/helpers/_helpers.tpl (k8sContainerContext) copies the
-    deployment's `resources` into the runs' container context when includeConfigInLaunchedRuns
-    is enabled, and dagster_k8s's K8sContainerContext.create_for_run merges that context after
-    the run launcher's: the deployment's resources are the runs' resources."""
-    assert deployment()["includeConfigInLaunchedRuns"]["enabled"] is True
+    """The run launcher's config is the runs' only config: includeConfigInLaunchedRuns is off
+    (deployment-user.yaml then renders no DAGSTER_CONTAINER_CONTEXT), because the sub-chart's
+    context for launched runs mounts a service-account token that wins over the launcher's
+    runK8sConfig. The launcher gives each run the deployment's resources, volumes, secret and
+    env ConfigMap (configmap-env-user.yaml's name)."""
+    assert deployment()["includeConfigInLaunchedRuns"]["enabled"] is False
     limit = deployment()["resources"]["limits"]["memory"]
     assert limit.endswith("Gi") and float(limit[:-2]) >= 2  # a 20 M-scrap run peaks at ~300 MB
     launcher = values()["runLauncher"]["config"]["k8sRunLauncher"]
-    assert "resources" not in launcher  # it would never be used
+    assert launcher["resources"] == deployment()["resources"]
+    assert launcher["volumes"] == deployment()["volumes"]
+    assert launcher["volumeMounts"] == deployment()["volumeMounts"]
+    assert launcher["envSecrets"] == deployment()["envSecrets"]
+    assert launcher["envConfigMaps"] == [{"name": user_env_config_map(deployment())}]
 
 
 def test_tick_history_is_purged_as_on_compose():
@@ -395,3 +401,39 @@ def test_the_metrics_manifest_runs_the_code_server_s_image_with_its_settings_as_
     # the alert rules select job="batch_pipeline"
     [endpoint] = monitor["spec"]["endpoints"]
     assert {"targetLabel": "job", "replacement": "batch_pipeline"} in endpoint["relabelings"]
+
+
+def test_the_migrate_job_runs_before_the_chart_on_the_chart_s_dagster_and_storage():
+    """deploy/helm/migrate.yaml in place of the chart's migrate Job: named by the Dagster
+    version the values pin (a new version is a new Job), the storage of values' `postgresql`,
+    the chart's password secret, no token; the deployment docs apply and wait for it before
+    `helm upgrade --install`."""
+    shipped = values()
+    config_map, job = yaml.safe_load_all((VALUES.parent / "migrate.yaml").read_text())
+    version = shipped["dagsterWebserver"]["image"]["tag"]
+    assert version == shipped["dagsterDaemon"]["image"]["tag"]
+    assert job["metadata"]["name"] == f"batch-pipeline-dagster-migrate-{version.replace('.', '-')}"
+    storage = yaml.safe_load(config_map["data"]["dagster.yaml"])["storage"]["postgres"]
+    postgresql = shipped["postgresql"]
+    assert storage["postgres_db"] == {
+        "hostname": postgresql["postgresqlHost"],
+        "port": postgresql["service"]["port"],
+        "username": postgresql["postgresqlUsername"],
+        "password": {"env": "DAGSTER_PG_PASSWORD"},
+        "db_name": postgresql["postgresqlDatabase"],
+    }
+    pod = job["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    user = deployment()["image"]
+    assert container["image"] == f"{user['repository']}:{user['tag']}"
+    env = {item["name"]: item for item in container["env"]}
+    assert env["DAGSTER_HOME"]["value"] == shipped["global"]["dagsterHome"]
+    secret = env["DAGSTER_PG_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert secret == {"name": "dagster-postgresql-secret", "key": "postgresql-password"}
+    assert pod["automountServiceAccountToken"] is False
+    assert container["resources"]["requests"]["cpu"] and container["resources"]["limits"]
+    assert shipped["migrate"]["enabled"] is False
+    steps = (VALUES.parents[2] / "docs" / "deploying.md").read_text()
+    apply = steps.index("kubectl -n dagster apply -f deploy/helm/migrate.yaml")
+    wait = steps.index(f"job/{job['metadata']['name']}")
+    assert apply < wait < steps.index("helm upgrade --install", wait)
