@@ -6,6 +6,8 @@ The run config is given once, to the run_recovery graph (assets.py), which hands
 the `settings` input.
 """
 
+from datetime import datetime
+
 from dagster import (
     AssetExecutionContext,
     AssetMaterialization,
@@ -156,37 +158,46 @@ def audited_across_attempts(
     return reports
 
 
-def record_dead_runs(context: OpExecutionContext, recovery, engine, settings) -> None:
-    """The audit of what earlier runs that died wrote to this area, read back from SAN's rows
-    (recovery/dead_runs.py). Its own failure fails nothing: the run's work comes first."""
+def record_dead_runs(
+    context: OpExecutionContext, recovery, engine, settings, own_instant: datetime | None
+) -> None:
+    """The audit of what earlier runs that ended without one wrote to this area, one entry per
+    write instant, read back from SAN's rows (recovery/dead_runs.py). Its own failure fails
+    nothing: the run's work comes first."""
     try:
-        for run_id, instant in dead_runs.unaudited_writes(
-            context.instance, context.job_name, recovery.area
+        for writes in dead_runs.unaudited_writes(
+            context.instance, context.job_name, recovery.area, own_instant
         ):
-            report = recovery.report_of_writes_at(engine, instant, settings.write_limits)
+            report = recovery.report_of_writes_at(engine, writes.instant, settings.write_limits)
+            [first, *later] = writes.run_ids
             context.log_event(
                 AssetMaterialization(
                     asset_key=recovery.area,
-                    description=f"What run {run_id} wrote before it ended without recording it, "
+                    description=f"What run {first} wrote before it ended without recording it, "
                     "read back from SAN's rows.",
                     metadata=as_metadata(
                         {
                             **audit_metadata(recovery, report),
-                            dead_runs.AUDIT_OF_RUN: run_id,
-                            "write_instant": instant.isoformat(),
+                            dead_runs.AUDIT_OF_RUN: first,
+                            **({dead_runs.AUDIT_OF_RUNS: writes.run_ids} if later else {}),
+                            "write_instant": writes.instant.isoformat(),
                         }
                     ),
                 )
             )
-            context.instance.add_run_tags(
-                run_id, {dead_runs.audited_tag(recovery.area): context.run_id}
-            )
+            mark_audited(context, recovery.area, writes.run_ids)
             context.log.warning(
-                f"{recovery.area}: run {run_id} ended after writing, without its audit; recorded "
+                f"{recovery.area}: run {first} ended after writing, without its audit; recorded "
                 f"here from SAN's rows: {report.changed} changed, {report.enqueued} enqueued"
             )
     except Exception:
         context.log.exception(f"{recovery.area}: could not record the audit of a dead run")
+
+
+def mark_audited(context: OpExecutionContext, area: str, run_ids: list[str]) -> None:
+    """Tag runs whose writes of `area` this run's audit lists, so no later run lists them."""
+    for run_id in run_ids:
+        context.instance.add_run_tags(run_id, {dead_runs.audited_tag(area): context.run_id})
 
 
 def recovery_ops(recovery: Recovery) -> tuple[OpDefinition, OpDefinition]:
@@ -242,10 +253,18 @@ def recover_op(recovery: Recovery, frame_type) -> OpDefinition:
         job_dispatcher: JobDispatcherResource,
     ):
         engine = san_database.get_engine()
-        instant = write_instant(candidates)
+        writing = dead_runs.instant_to_write_at(
+            context.instance,
+            context.run,
+            recovery.area,
+            write_instant(candidates),
+            lambda: database_now(engine),
+        )
+        instant = writing.instant
+        candidates = with_write_instant(candidates, instant)  # its retries recognise its rows
         if not settings.policy.dry_run:
-            record_dead_runs(context.op_execution_context, recovery, engine, settings)
-            if len(candidates) and instant is not None:
+            record_dead_runs(context.op_execution_context, recovery, engine, settings, instant)
+            if len(candidates):
                 # before the first write: a run that dies after it can be audited from SAN
                 context.instance.add_run_tags(
                     context.run_id, {dead_runs.wrote_tag(recovery.area): instant.isoformat()}
@@ -260,11 +279,15 @@ def recover_op(recovery: Recovery, frame_type) -> OpDefinition:
                     job_dispatcher.for_database(engine),
                     candidates,
                     settings,
-                    instant or database_now(engine),
+                    instant,
                 ),
                 same_candidates=True,
             )
+        report.includes_writes_of_runs = writing.lists_writes_of if report.written_earlier else []
         yield from audit_trail(context, recovery, report)
+        if not settings.policy.dry_run:
+            # the writes of the run this one re-executes, listed above with its own
+            mark_audited(context.op_execution_context, recovery.area, writing.lists_writes_of)
         yield Output(None, "done")
 
     return recover

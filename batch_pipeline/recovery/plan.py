@@ -245,6 +245,8 @@ class RecoveryReport:
     # by the run's write instant): the op sets earlier_attempts from it.
     written_earlier: int = 0
     ids_truncated: bool = False  # an earlier attempt's id lists were cut already
+    # Runs whose writes at this run's write instant it lists (the run it re-executes).
+    includes_writes_of_runs: list[str] = field(default_factory=list)
 
     def metadata(self) -> dict:
         """Counts as numbers (plotted by the UI over time), ids as JSON lists."""
@@ -265,6 +267,11 @@ class RecoveryReport:
             ),
             **({"ids_truncated": True} if self.ids_truncated else {}),
             **({"earlier_attempts": self.earlier_attempts} if self.earlier_attempts else {}),
+            **(
+                {"includes_writes_of_runs": self.includes_writes_of_runs}
+                if self.includes_writes_of_runs
+                else {}
+            ),
             "thresholds": self.thresholds,
         }
 

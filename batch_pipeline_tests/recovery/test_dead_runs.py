@@ -2,25 +2,30 @@
 from SAN's rows (the write instant every row of the area carries) and records it, once. A real
 SIGKILL under the daemon: batch_pipeline_tests/operations/test_production_instance.py."""
 
-from dagster import AssetKey, DagsterInstance, DagsterRunStatus
+import pytest
+from dagster import (
+    AssetKey,
+    DagsterInstance,
+    DagsterRunStatus,
+    ReexecutionOptions,
+    execute_job,
+    instance_for_test,
+    reconstructable,
+)
 
+from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.recovery.dead_runs import AUDIT_OF_RUN, audited_tag, wrote_tag
-from batch_pipeline.san.resources import JobDispatcherResource
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PENDING
-from batch_pipeline_tests.conftest import DiesOnBatch
+from batch_pipeline.support.heal_totals import read_heal_totals, update_heal_totals
+from batch_pipeline_tests.recovery.reexecution import (
+    DIES_IN_BATCH,
+    DiesInBatch,
+    recovery_job_dying_in_a_batch,
+)
 from batch_pipeline_tests.runs import latest_metadata, run_recovery
 
 GHOST_TARGETS = range(2_000, 2_010)
-
-
-class DiesInBatch(JobDispatcherResource):
-    """The run's process dies inside its `batch`-th write batch of the first area, after two
-    batches committed: the error is no database fault, so the step is not retried."""
-
-    batch: int
-
-    def for_database(self, engine):
-        return DiesOnBatch(self.batch)
+GHOSTS = "ghost_job_recovery"
 
 
 def audits(instance, area):
@@ -112,3 +117,91 @@ def test_a_dry_run_records_no_dead_run(san_db):
     dry, _ = run_recovery(san_db, instance=instance, config={"dry_run": True})
     assert dry.success and audits(instance, "ghost_job_recovery") == []
     assert audited_tag("ghost_job_recovery") not in instance.get_run_by_id(dead.run_id).tags
+
+
+@pytest.fixture
+def failed_parent(san_db, tmp_path, monkeypatch):
+    """10 ghosts, and a recovery run (a real, re-executable one) that closed 4 of them and died
+    in its third write batch: (the ghosts, the instance, the parent's result, `re_execute`:
+    runs Dagster's re-execution from failure of the parent, dying in batch N if given one)."""
+    ghosts = [
+        san_db.job(CARD_ANALYSIS, target, PENDING, created_at=san_db.ago(hours=1))
+        for target in GHOST_TARGETS
+    ]
+    monkeypatch.setenv("SAN_DATABASE_URL", san_db.url)
+    job = reconstructable(recovery_job_dying_in_a_batch)
+    with instance_for_test(temp_dir=str(tmp_path)) as instance:
+        monkeypatch.setenv(DIES_IN_BATCH, "3")
+        config = recovery_run_config({"batch_size": 2})
+        with execute_job(job, instance, run_config=config) as parent:
+            assert not parent.success
+        monkeypatch.delenv(DIES_IN_BATCH)
+        assert len([ghost for ghost in ghosts if san_db.get_job(ghost).status == FAILED]) == 4
+
+        def re_execute(dies_in_batch: int = 0):
+            if dies_in_batch:
+                monkeypatch.setenv(DIES_IN_BATCH, str(dies_in_batch))
+            from_failure = ReexecutionOptions.from_failure(parent.run_id, instance)
+            with execute_job(job, instance, reexecution_options=from_failure) as child:
+                monkeypatch.delenv(DIES_IN_BATCH, raising=False)
+                return child
+
+        yield ghosts, instance, parent, re_execute
+
+
+def test_a_re_execution_from_failure_lists_each_closed_ghost_in_one_audit(san_db, failed_parent):
+    """Dagster's "Re-execute from failure" runs a new run with the parent's detection (and so
+    its write instant): the parent's committed batches are listed by the child's audit, not
+    again by an audit of the parent as a dead run; a later run records nothing more."""
+    ghosts, instance, parent, re_execute = failed_parent
+    child = re_execute()
+    assert child.success
+    later, _ = run_recovery(san_db, instance=instance)
+    assert later.success
+
+    listed = [r["failed_job_id"] for _, meta in audits(instance, GHOSTS) for r in meta["recovered"]]
+    assert sorted(listed) == sorted(ghosts)  # each closed ghost in exactly one audit
+    assert not [meta for _, meta in audits(instance, GHOSTS) if AUDIT_OF_RUN in meta]
+    assert instance.get_run_by_id(parent.run_id).tags[audited_tag(GHOSTS)] == child.run_id
+    [by_child] = [meta for run, meta in audits(instance, GHOSTS) if run == child.run_id]
+    assert by_child["includes_writes_of_runs"] == [parent.run_id]
+    update_heal_totals(instance)
+    assert read_heal_totals(instance).healed[GHOSTS] == len(ghosts)
+
+
+def test_a_re_execution_of_a_run_already_audited_as_dead_writes_at_its_own_instant(
+    san_db, failed_parent
+):
+    """When a later run has already recorded the parent as dead, the re-execution's audit does
+    not list the parent's writes again: it writes at an instant of its own."""
+    ghosts, instance, parent, re_execute = failed_parent
+    later, _ = run_recovery(san_db, instance=instance)
+    assert later.success
+    child = re_execute()
+    assert child.success
+    entries = audits(instance, GHOSTS)
+    listed = [r["failed_job_id"] for _, meta in entries for r in meta["recovered"]]
+    assert sorted(listed) == sorted(ghosts)
+    [by_child] = [meta for run, meta in entries if run == child.run_id]
+    assert (by_child["enqueued"], by_child["skipped_by_race"]) == (0, len(ghosts))
+    parent_instant = instance.get_run_by_id(parent.run_id).tags[wrote_tag(GHOSTS)]
+    assert instance.get_run_by_id(child.run_id).tags[wrote_tag(GHOSTS)] != parent_instant
+
+
+def test_a_re_execution_that_dies_too_is_recorded_with_its_parent_in_one_entry(
+    san_db, failed_parent
+):
+    ghosts, instance, parent, re_execute = failed_parent
+    child = re_execute(dies_in_batch=4)  # its batches 1-2 find the parent's work done
+    assert not child.success
+    closed = [ghost for ghost in ghosts if san_db.get_job(ghost).status == FAILED]
+    assert len(closed) == 6  # the parent's two batches, then one of the child's
+    later, _ = run_recovery(san_db, instance=instance)
+    assert later.success
+    entries = audits(instance, GHOSTS)
+    [recorded] = [meta for _, meta in entries if AUDIT_OF_RUN in meta]
+    assert recorded[AUDIT_OF_RUN] == parent.run_id
+    assert recorded["audit_of_runs"] == [parent.run_id, child.run_id]
+    assert sorted(r["failed_job_id"] for r in recorded["recovered"]) == closed
+    listed = [r["failed_job_id"] for _, meta in entries for r in meta["recovered"]]
+    assert sorted(listed) == sorted(ghosts)
