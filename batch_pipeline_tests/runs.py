@@ -1,21 +1,33 @@
 """Helpers for tests that run batch_pipeline's jobs in process (execute_in_process, an
 ephemeral or given Dagster instance) and read their audit trail back."""
 
+import subprocess
+import sys
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from dagster import (
     AssetKey,
     DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
     build_run_status_sensor_context,
     build_sensor_context,
 )
+from dagster._core.events import EngineEventData
+from dagster._core.remote_origin import (
+    GrpcServerCodeLocationOrigin,
+    RemoteJobOrigin,
+    RemoteRepositoryOrigin,
+)
+from dagster._core.utils import make_new_run_id
 from sqlalchemy import text
 
 from batch_pipeline.definitions import defs
 from batch_pipeline.fast_lane.jobs import fast_heal_job
 from batch_pipeline.fast_lane.sensors import fast_heal_sensor
 from batch_pipeline.fast_lane.tick import LaneState
+from batch_pipeline.operations.run_workers import LOCATION_NAME
 from batch_pipeline.recovery.assets import recovery_run_config
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.dispatch import Dispatcher
@@ -239,3 +251,40 @@ def broken_state(db):
     db.job(TIL_GENERATION, unwritten, FAILED, created_at=db.ago(hours=3))
     db.summary(user, created_at=db.ago(hours=3), content="TIL")  # healthy
     return ghost, ghost_scrap, orphan, unrefined, unwritten
+
+
+def run_in_flight(
+    instance: DagsterInstance,
+    pid: int | None,
+    status: DagsterRunStatus = DagsterRunStatus.STARTED,
+    location: str = LOCATION_NAME,
+) -> str:
+    """A run of `location` in `status` whose process recorded `pid` as Dagster's run worker
+    does ("Started process for run (pid: N)."); its id."""
+    origin = RemoteJobOrigin(
+        RemoteRepositoryOrigin(
+            GrpcServerCodeLocationOrigin(host="localhost", port=4000, location_name=location),
+            "__repository__",
+        ),
+        "recovery_job",
+    )
+    run = instance.add_run(
+        DagsterRun(
+            job_name="recovery_job",
+            run_id=make_new_run_id(),
+            status=status,
+            remote_job_origin=origin,
+        )
+    )
+    if pid is not None:
+        instance.report_engine_event(
+            f"Started process for run (pid: {pid}).", run, EngineEventData.in_process(pid)
+        )
+    return run.run_id
+
+
+def a_process_that_has_exited() -> int:
+    """The pid of a process of this host that has just exited."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid

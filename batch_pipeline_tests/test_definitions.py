@@ -39,6 +39,7 @@ def test_the_code_location_loads_as_dagster_dev_loads_it():
         "til_checks_after_run",
         "run_failure_alert",
         "asset_check_alert",
+        "run_worker_watchdog",
     }
     assert {schedule.name for schedule in repository.schedule_defs} == {
         "recovery_schedule",

@@ -1,4 +1,5 @@
-"""Keeping the Dagster instance itself healthy: run_retention_job and its nightly schedule."""
+"""Keeping the Dagster instance itself healthy: run_retention_job and its nightly schedule, and
+run_worker_watchdog, which ends runs whose process is gone."""
 
 from dagster import Definitions, definitions
 
@@ -7,6 +8,7 @@ from batch_pipeline.operations.run_retention import (
     run_retention_days,
     run_retention_schedule,
 )
+from batch_pipeline.operations.sensors import run_worker_watchdog
 from batch_pipeline.san.timezone import san_timezone_name
 
 
@@ -15,5 +17,7 @@ def defs() -> Definitions:
     keep_days = run_retention_days()
     job = build_run_retention_job(keep_days)
     return Definitions(
-        jobs=[job], schedules=[run_retention_schedule(job, keep_days, san_timezone_name())]
+        jobs=[job],
+        schedules=[run_retention_schedule(job, keep_days, san_timezone_name())],
+        sensors=[run_worker_watchdog],
     )

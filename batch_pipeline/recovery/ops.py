@@ -200,6 +200,28 @@ def mark_audited(context: OpExecutionContext, area: str, run_ids: list[str]) -> 
         context.instance.add_run_tags(run_id, {dead_runs.audited_tag(area): context.run_id})
 
 
+def before_writing(
+    context: OpExecutionContext, recovery, engine, settings: RecoveryConfig, candidates
+) -> dead_runs.WriteInstant:
+    """The instant this run writes the area at (recovery/dead_runs.py's rule); unless it is a dry
+    run, the audit of dead runs' writes, then the run tagged with the instant before its first
+    write, so a run that dies after it can be audited from SAN's rows."""
+    writing = dead_runs.instant_to_write_at(
+        context.instance,
+        context.run,
+        recovery.area,
+        write_instant(candidates),
+        lambda: database_now(engine),
+    )
+    if not settings.policy.dry_run:
+        record_dead_runs(context, recovery, engine, settings, writing.instant)
+        if len(candidates):
+            context.instance.add_run_tags(
+                context.run_id, {dead_runs.wrote_tag(recovery.area): writing.instant.isoformat()}
+            )
+    return writing
+
+
 def recovery_ops(recovery: Recovery) -> tuple[OpDefinition, OpDefinition]:
     """The detect and re-enqueue ops of one recovery: `detect_<name>` -> `recover_<name>`."""
     frame_type = recovery.frame.dagster_type()
@@ -253,22 +275,11 @@ def recover_op(recovery: Recovery, frame_type) -> OpDefinition:
         job_dispatcher: JobDispatcherResource,
     ):
         engine = san_database.get_engine()
-        writing = dead_runs.instant_to_write_at(
-            context.instance,
-            context.run,
-            recovery.area,
-            write_instant(candidates),
-            lambda: database_now(engine),
+        writing = before_writing(
+            context.op_execution_context, recovery, engine, settings, candidates
         )
         instant = writing.instant
         candidates = with_write_instant(candidates, instant)  # its retries recognise its rows
-        if not settings.policy.dry_run:
-            record_dead_runs(context.op_execution_context, recovery, engine, settings, instant)
-            if len(candidates):
-                # before the first write: a run that dies after it can be audited from SAN
-                context.instance.add_run_tags(
-                    context.run_id, {dead_runs.wrote_tag(recovery.area): instant.isoformat()}
-                )
         with retried_only_if_transient(), paused_gc():
             [report] = audited_across_attempts(
                 context.op_execution_context,

@@ -84,32 +84,62 @@ def run_worker_pid(instance: DagsterInstance, run_id: str) -> int | None:
     return None
 
 
-def test_a_killed_run_frees_the_queue_and_the_next_run_records_what_it_wrote(
-    tmp_path, pg_db, dagster_pg_storage
-):
+def slow_ghosts(pg_db):
+    """120 ghosts whose closing takes 0.05 s each (a batch of 5: 0.25 s; a run: 6 s or more);
+    returns what lists the closed ones."""
     ghosts = [
         pg_db.job(CARD_ANALYSIS, target, PENDING, created_at=pg_db.ago(hours=1))
         for target in GHOST_TARGETS
     ]
-    slow_closes(pg_db, seconds_per_row=0.05)  # a batch of 5: 0.25 s; the run: 6 s or more
+    slow_closes(pg_db, seconds_per_row=0.05)
 
     def closed() -> list[int]:
         return [ghost for ghost in ghosts if pg_db.get_job(ghost).status == FAILED]
 
+    return closed
+
+
+def writing_run(port: int, home, log, closed) -> tuple[str, int]:
+    """A recovery run submitted through the webserver, once it committed three write batches:
+    its id and its process's pid."""
+    run_id = submit_through_webserver(port, "recovery_job", recovery_run_config({"batch_size": 5}))
+    wait_for(lambda: len(closed()) >= 15, 240, "the run to commit three write batches", 0.2)
+    with DagsterInstance.from_config(str(home)) as instance:
+        pid = run_worker_pid(instance, run_id)
+    assert pid is not None, log.read_text()[-3000:]
+    return run_id, pid
+
+
+def ghost_audits(home) -> list[tuple[str, dict]]:
+    """(run id, metadata) of the latest materializations of ghost_job_recovery."""
+    with DagsterInstance.from_config(str(home)) as instance:
+        records = instance.fetch_materializations(AssetKey("ghost_job_recovery"), limit=10).records
+    return [
+        (r.run_id, {k: v.value for k, v in r.asset_materialization.metadata.items()})
+        for r in records
+    ]
+
+
+def recorded_by(audits, later: str, dead: str, closed_by_dead: list[int]) -> dict:
+    """The one audit of `dead`'s writes, recorded by `later`, listing exactly `closed_by_dead`."""
+    [(recorder, recorded)] = [(run, meta) for run, meta in audits if AUDIT_OF_RUN in meta]
+    assert recorder == later and recorded[AUDIT_OF_RUN] == dead
+    assert sorted(r["failed_job_id"] for r in recorded["recovered"]) == closed_by_dead
+    return recorded
+
+
+def test_a_killed_run_frees_the_queue_and_the_next_run_records_what_it_wrote(
+    tmp_path, pg_db, dagster_pg_storage
+):
+    closed = slow_ghosts(pg_db)
     with production_deployment(tmp_path, pg_db, dagster_pg_storage) as (home, port, log, _, _):
-        dead = submit_through_webserver(
-            port, "recovery_job", recovery_run_config({"batch_size": 5})
-        )
-        wait_for(lambda: len(closed()) >= 15, 240, "the run to commit three write batches", 0.2)
-        with DagsterInstance.from_config(str(home)) as instance:
-            pid = run_worker_pid(instance, dead)
-        assert pid is not None, log.read_text()[-3000:]
+        dead, pid = writing_run(port, home, log, closed)
         os.kill(pid, signal.SIGKILL)
         killed_at = time.monotonic()
         wait_for_status(port, dead, ("FAILURE",), 180)
         freed_after_s = time.monotonic() - killed_at
         closed_by_dead = closed()
-        assert 15 <= len(closed_by_dead) < len(ghosts)
+        assert 15 <= len(closed_by_dead) < len(GHOST_TARGETS)
         with pg_db.engine.begin() as conn:
             conn.execute(text("DROP TRIGGER slow_update ON jobs"))
 
@@ -117,23 +147,53 @@ def test_a_killed_run_frees_the_queue_and_the_next_run_records_what_it_wrote(
         assert wait_for_status(port, later, ("SUCCESS", "FAILURE"), 240) == "SUCCESS", (
             log.read_text()[-3000:]
         )
-        with DagsterInstance.from_config(str(home)) as instance:
-            records = instance.fetch_materializations(
-                AssetKey("ghost_job_recovery"), limit=10
-            ).records
-    audits = [
-        (r.run_id, {k: v.value for k, v in r.asset_materialization.metadata.items()})
-        for r in records
-    ]
-    [(recorder, recorded)] = [(run, meta) for run, meta in audits if AUDIT_OF_RUN in meta]
-    assert recorder == later and recorded[AUDIT_OF_RUN] == dead
-    assert sorted(r["failed_job_id"] for r in recorded["recovered"]) == closed_by_dead
+        audits = ghost_audits(home)
+    recorded = recorded_by(audits, later, dead, closed_by_dead)
     assert recorded["enqueued"] == len(closed_by_dead)
     [own] = [meta for run, meta in audits if run == later and AUDIT_OF_RUN not in meta]
-    assert (own["enqueued"], own["skipped_by_race"]) == (len(ghosts) - len(closed_by_dead), 0)
+    assert (own["enqueued"], own["skipped_by_race"]) == (
+        len(GHOST_TARGETS) - len(closed_by_dead),
+        0,
+    )
     # The code server saw its run's process die and failed the run (wait_for_status above: within
     # 3 minutes, not the run's 1 h max_runtime): the queue, one recovery_job at a time, was free.
     print(f"the killed run was FAILURE {freed_after_s:.1f} s after its SIGKILL")
+
+
+def parent_pid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_run_killed_with_its_code_server_is_ended_and_audited_by_the_next_run(
+    tmp_path, pg_db, dagster_pg_storage
+):
+    """The run's process and the code server that launched it die together (the code server is
+    what would report the run FAILURE; a storage outage at that moment stops it the same way):
+    run_worker_watchdog, in the code server the daemon starts again, ends the run, so the queued
+    recovery_job run starts and audits what the dead one wrote. Without it the run stayed
+    STARTED until its max_runtime (1 h) and the next run waited behind it."""
+    closed = slow_ghosts(pg_db)
+    with production_deployment(tmp_path, pg_db, dagster_pg_storage) as (home, port, log, _, _):
+        dead, pid = writing_run(port, home, log, closed)
+        code_server = parent_pid(pid)
+        os.kill(code_server, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        later = submit_through_webserver(port, "recovery_job", recovery_run_config())
+        assert wait_for_status(port, dead, ("FAILURE",), 300) == "FAILURE", log.read_text()[-3000:]
+        ended_after_s = time.monotonic() - killed_at
+        closed_by_dead = closed()
+        with pg_db.engine.begin() as conn:
+            conn.execute(text("DROP TRIGGER slow_update ON jobs"))
+        assert wait_for_status(port, later, ("SUCCESS", "FAILURE"), 300) == "SUCCESS", (
+            log.read_text()[-3000:]
+        )
+        recorded_by(ghost_audits(home), later, dead, closed_by_dead)
+        with DagsterInstance.from_config(str(home)) as instance:
+            said = [entry.message for entry in instance.all_logs(dead)]
+    assert any("run_worker_watchdog" in line for line in said)
+    print(f"the run killed with its code server was FAILURE {ended_after_s:.1f} s later")
 
 
 def stopped_run_writes_no_further_batch(tmp_path, pg_db, dagster_pg_storage, stop) -> tuple:
