@@ -58,6 +58,8 @@ def fast_lane_watch(context: SensorEvaluationContext):
         post_alert(text)
     if health.state != NOT_STARTED:
         context.update_cursor(health.state)
+    if health.state == NOT_STARTED:
+        return SkipReason(f"{SENSOR_NAME} has not finished a tick yet: nothing to watch")
     return SkipReason(
         f"{SENSOR_NAME} is {health.state}" + (" (posted the change)" if text else " (no change)")
     )

@@ -72,6 +72,9 @@ class LaneState:
     estimated_at: datetime | None = None
     last_success: dict[str, datetime] = field(default_factory=dict)
     reannounced: dict[int, float] = field(default_factory=dict)  # job id -> when (epoch s)
+    # False when the lane does not re-announce (SAN_REANNOUNCE=off, or no dispatcher to
+    # announce with): the threshold above is then not in use
+    reannouncing: bool = True
 
     def to_json(self) -> str:
         return json.dumps(
@@ -91,6 +94,7 @@ class LaneState:
                 "estimated_at": self.estimated_at.isoformat() if self.estimated_at else None,
                 "last_success": {kind: at.isoformat() for kind, at in self.last_success.items()},
                 "reannounced": {str(job): at for job, at in self.reannounced.items()},
+                "reannouncing": self.reannouncing,
             }
         )
 
@@ -118,6 +122,7 @@ class LaneState:
             estimated_at=_instant(data.get("estimated_at")),
             last_success={kind: _instant(at) for kind, at in data.get("last_success", {}).items()},
             reannounced={int(job): at for job, at in data.get("reannounced", {}).items()},
+            reannouncing=data.get("reannouncing", True),
         )
 
 
@@ -136,8 +141,7 @@ class Tick:
 
     def summary(self) -> str:
         retries = ", ".join(f"{area} {count}" for area, count in self.retries.items())
-        return (
-            f"window {self.window.since.isoformat()} .. {self.window.until.isoformat()}, "
+        announcing = (
             f"re-announcing after {self.state.threshold.total_seconds():g} s: "
             f"{self.announcements.announced} jobs announced again"
             + (
@@ -145,7 +149,12 @@ class Tick:
                 if self.announcements.left_for_next_tick
                 else ""
             )
-            + f"; targets to retry or enqueue: {retries}"
+            if self.state.reannouncing
+            else "re-announcing off (SAN_REANNOUNCE=off, or no job dispatcher)"
+        )
+        return (
+            f"window {self.window.since.isoformat()} .. {self.window.until.isoformat()}, "
+            f"{announcing}; targets to retry or enqueue: {retries}"
         )
 
 
@@ -219,5 +228,6 @@ def lane_tick(
         resume=replace(window, after=last) if full else None,
         round=state.round + (1 if report.detected else 0),
         reannounced=remembered,
+        reannouncing=announcing,
     )
     return Tick(now, window, ages, report, retries, state)

@@ -313,7 +313,7 @@ def lane_metrics(dagster: DagsterReadings) -> Iterator[Metric]:
         "1 when the fast lane is off: fast_heal_sensor skips for want of indexes, or is stopped",
         value=float(state in (OFF, STOPPED)),
     )
-    if dagster.lane is not None:
+    if dagster.lane is not None and dagster.lane.reannouncing:  # absent: not re-announcing
         yield gauge(
             "batch_pipeline_fast_lane_reannounce_threshold_seconds",
             "The age at which the fast lane announces an unclaimed PENDING job again",

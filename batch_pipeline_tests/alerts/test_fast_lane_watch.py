@@ -62,3 +62,11 @@ def test_a_lane_switched_off_in_the_ui_is_posted(webhook):
         watch(instance, cursor)
         [stopped] = webhook
         assert "switched off" in stopped["text"] and "recovery_job" in stopped["text"]
+
+
+def test_before_the_lane_s_first_tick_the_watch_says_so_not_that_it_is_not_started(webhook):
+    with instance_for_test() as instance:
+        with build_sensor_context(instance=instance) as context:
+            said = fast_lane_watch(context).skip_message
+    assert said == f"{SENSOR_NAME} has not finished a tick yet: nothing to watch"
+    assert webhook == []

@@ -90,6 +90,10 @@ def test_without_announcements_nothing_is_announced_but_retries_are_counted(san_
         tick = lane_tick(san_db.engine, Dispatcher(), LaneState(), settings, TARGET_RECOVERIES)
         assert tick.announcements.detected == 0 and tick.ages == []
         assert tick.retries["orphan_scrap_recovery"] == 1 and tick.retries_due == 1
+        # the tick says it does not re-announce, not the threshold it does not use
+        assert not tick.state.reannouncing
+        assert "re-announcing off" in tick.summary() and "after" not in tick.summary()
+        assert not LaneState.from_json(tick.state.to_json()).reannouncing
     assert "targets to retry or enqueue: orphan_scrap_recovery 1" in tick.summary()
 
 

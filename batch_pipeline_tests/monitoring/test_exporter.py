@@ -275,3 +275,11 @@ def test_200_simultaneous_scrapes_are_all_answered(san_db, endpoint):
     for scraper in scrapers:
         scraper.join(30)
     assert statuses == [200] * 200
+
+
+def test_a_lane_that_does_not_re_announce_exports_no_threshold(san_db, endpoint):
+    with instance_for_test() as instance:
+        cursor = LaneState(threshold=timedelta(seconds=10), reannouncing=False).to_json()
+        record_sensor_tick(instance, SENSOR_NAME, TickStatus.SKIPPED, time.time(), cursor=cursor)
+        samples = endpoint(san_db.engine, instance).scrape()
+    assert value(samples, "batch_pipeline_fast_lane_reannounce_threshold_seconds") is None
