@@ -49,6 +49,7 @@ class DagsterReadings:
     lane: LaneState | None = None
     lane_health: LaneHealth | None = None
     exhausted: dict[str, int] = field(default_factory=dict)
+    throttle: dict[str, dict] = field(default_factory=dict)  # area -> its latest writes' pacing
     til_latest_day_end: float | None = None
     heal_totals: HealTotals = field(default_factory=HealTotals)
 
@@ -86,15 +87,25 @@ def lane_state(state) -> LaneState | None:
     return LaneState.from_json(cursor) if cursor else None
 
 
-def latest_exhausted(instance: DagsterInstance) -> dict[str, int]:
-    """Each area's exhausted targets as recovery_job's latest materialization counted them."""
+def latest_audits(instance: DagsterInstance) -> dict[str, dict]:
+    """Each area's latest materialization's metadata (plain values)."""
     found = {}
     for area in AREAS:
         entry = instance.get_latest_materialization_event(AssetKey(area))
         materialization = entry.asset_materialization if entry else None
-        if materialization is not None and "exhausted" in materialization.metadata:
-            found[area] = int(materialization.metadata["exhausted"].value)
+        if materialization is not None:
+            found[area] = {key: value.value for key, value in materialization.metadata.items()}
     return found
+
+
+def latest_exhausted(audits: dict[str, dict]) -> dict[str, int]:
+    """Each area's exhausted targets as recovery_job's latest materialization counted them."""
+    return {area: int(meta["exhausted"]) for area, meta in audits.items() if "exhausted" in meta}
+
+
+def latest_throttle(audits: dict[str, dict]) -> dict[str, dict]:
+    """How the throttle paced each area's latest writes (san/throttle.py, ThrottleLog)."""
+    return {area: meta["throttle"] for area, meta in audits.items() if meta.get("throttle")}
 
 
 def day_end(day: date, timezone: str) -> float:
@@ -111,6 +122,7 @@ def til_latest_day_end(instance: DagsterInstance, timezone: str) -> float | None
 
 def read_dagster(instance: DagsterInstance, timezone: str) -> DagsterReadings:
     states = sensor_states(instance)  # read once: every sensor, the fast lane's among them
+    audits = latest_audits(instance)
     lane = next((state for state in states if state.instigator_name == SENSOR_NAME), None)
     return DagsterReadings(
         last_success={job: last_success(instance, job) for job in WATCHED_JOBS},
@@ -121,7 +133,8 @@ def read_dagster(instance: DagsterInstance, timezone: str) -> DagsterReadings:
         },
         lane=lane_state(lane),
         lane_health=health_of(instance, lane),
-        exhausted=latest_exhausted(instance),
+        exhausted=latest_exhausted(audits),
+        throttle=latest_throttle(audits),
         til_latest_day_end=til_latest_day_end(instance, timezone),
         heal_totals=read_heal_totals(instance),
     )

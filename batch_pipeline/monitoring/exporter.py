@@ -264,6 +264,28 @@ def heal_metrics(dagster: DagsterReadings) -> Iterator[Metric]:
         histogram.add_metric([lane], cumulative, sum_value=totals.age_sum_seconds.get(lane, 0.0))
     yield histogram
     yield labelled(
+        "batch_pipeline_throttle_seconds",
+        "How long recovery_job's latest writes of each area wrote and rested (the throttle)",
+        ["area", "doing"],
+        [
+            ((area, doing), float(log.get(f"{doing}_seconds", 0.0)))
+            for area, log in sorted(dagster.throttle.items())
+            for doing in ("write", "rest")
+        ],
+    )
+    yield labelled(
+        "batch_pipeline_throttle_slowed_batches",
+        "Of recovery_job's latest write batches of each area, those the throttle slowed (busy or "
+        "critical database)",
+        ["area", "zone"],
+        [
+            ((area, zone), float(count))
+            for area, log in sorted(dagster.throttle.items())
+            for zone, count in sorted(log.get("batches_by_zone", {}).items())
+            if zone in ("busy", "critical")
+        ],
+    )
+    yield labelled(
         "batch_pipeline_exhausted_targets",
         "Targets at max_attempts, as recovery_job's latest run listed them (see `redrive`)",
         ["area"],
@@ -349,6 +371,8 @@ EXPORTED_METRICS = (
     "batch_pipeline_healed_total",
     *(f"batch_pipeline_time_to_heal_seconds_{part}" for part in ("bucket", "sum", "count")),
     "batch_pipeline_exhausted_targets",
+    "batch_pipeline_throttle_seconds",
+    "batch_pipeline_throttle_slowed_batches",
     "batch_pipeline_last_success_timestamp_seconds",
     "batch_pipeline_sensor_running",
     "batch_pipeline_sensor_last_tick_timestamp_seconds",

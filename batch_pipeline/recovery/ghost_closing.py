@@ -309,6 +309,7 @@ class GhostWrites:
         report.changed = len(closed_ids)
         report.changed_ids = sorted(closed_ids)
         report.batches = batches.batches
+        report.throttle = batches.throttle.metadata()
         report.announce_failures = batches.announce_failures
         return report
 

@@ -74,6 +74,7 @@ def audit_trail(context: AssetExecutionContext, recovery, report: RecoveryReport
         f"{report.area}: detected {report.detected}, enqueued {report.enqueued}, exhausted "
         f"{report.exhausted}, deferred {report.deferred}, skipped by race {report.skipped_by_race}"
         + (" (dry run: nothing written)" if report.dry_run else "")
+        + paced(report.throttle)
     )
     warn_about_unannounced_jobs(context, report.area, report.announce_failures)
     if report.dry_run:
@@ -87,6 +88,17 @@ def audit_trail(context: AssetExecutionContext, recovery, report: RecoveryReport
     yield Output(None, recovery.name)
     yield checks.exhausted_targets(report, earlier)
     yield checks.deferred_backlog(report, earlier)
+
+
+def paced(throttle: dict) -> str:
+    """How the throttle paced the writes, for the log (san/throttle.py)."""
+    if not throttle.get("batches"):
+        return ""
+    why = f": {throttle['why_it_slowed']}" if throttle.get("why_it_slowed") else ""
+    return (
+        f"; wrote {throttle['rows']} rows in {throttle['batches']} batches over "
+        f"{throttle['write_seconds']} s, rested {throttle['rest_seconds']} s{why}"
+    )
 
 
 def tag_what_the_run_healed(context: AssetExecutionContext, recovery, healed: int) -> None:

@@ -18,7 +18,7 @@ from batch_pipeline.san.enqueue import (
     run_in_batches,
 )
 from batch_pipeline.san.frames import FrameSchema
-from batch_pipeline.san.limits import BATCH_SIZE, WriteLimits
+from batch_pipeline.san.limits import WriteLimits
 
 # A (job_type, target_id) with this many jobs gets no new one: a poison target (a scrap the AI
 # always fails on) must not be retried every run forever. 0 = unlimited.
@@ -63,7 +63,7 @@ class RecoveryPolicy:
 
     max_attempts: int = MAX_ATTEMPTS  # poison cap per (job_type, target_id); 0 = unlimited
     max_enqueue_per_run: int = MAX_ENQUEUE_PER_RUN  # new jobs per area and run
-    batch_size: int = BATCH_SIZE  # rows per write transaction
+    batch_size: int | None = None  # rows per write transaction; None: the throttle's
     dry_run: bool = False
     limits: WriteLimits = WriteLimits()
 
@@ -245,6 +245,8 @@ class RecoveryReport:
     # by the run's write instant): the op sets earlier_attempts from it.
     written_earlier: int = 0
     ids_truncated: bool = False  # an earlier attempt's id lists were cut already
+    # How the throttle paced this attempt's writes (san/throttle.py, ThrottleLog.metadata).
+    throttle: dict = field(default_factory=dict)
     # Runs whose writes at this run's write instant it lists (the run it re-executes).
     includes_writes_of_runs: list[str] = field(default_factory=list)
 
@@ -273,6 +275,7 @@ class RecoveryReport:
                 else {}
             ),
             "thresholds": self.thresholds,
+            **({"throttle": self.throttle} if self.throttle else {}),
         }
 
     def committed_metadata(self, failed_attempt: int) -> dict:
@@ -320,7 +323,7 @@ COMMITTED_BY_FAILED_ATTEMPT = "committed_by_failed_attempt"
 def attempted(work, batches, policy: RecoveryPolicy) -> int:
     """How many of `work` the committed batches wrote or re-checked (all of it, unless a batch
     failed)."""
-    return min(len(work), batches.batches * policy.batch_size)
+    return min(len(work), batches.rows)
 
 
 def with_partial_report(error: BaseException, complete) -> None:

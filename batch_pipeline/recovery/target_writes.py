@@ -266,5 +266,6 @@ class TargetWrites:
         healed = self.candidates[self.candidates[key].isin([job.target_id for job in created])]
         report.heal_ages_seconds = heal_ages(waited_since(healed, key, last_failure), now)
         report.batches = batches.batches
+        report.throttle = batches.throttle.metadata()
         report.announce_failures = batches.announce_failures
         return report

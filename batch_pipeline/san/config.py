@@ -7,8 +7,6 @@ from dagster import Config
 from pydantic import Field
 
 from batch_pipeline.san.limits import (
-    BATCH_PAUSE_RATIO,
-    BATCH_SIZE,
     LOCK_TIMEOUT_MS,
     STATEMENT_TIMEOUT_MS,
     WriteLimits,
@@ -27,12 +25,14 @@ MAX_BATCH_PAUSE_RATIO = 100.0
 
 
 class WriteConfig(Config):
-    batch_size: int = Field(
-        default=BATCH_SIZE,
+    batch_size: int | None = Field(
+        default=None,
         gt=0,
         le=MAX_BATCH_SIZE,
-        description="Rows per write transaction (each batch commits on its own; "
-        "docs/benchmarks.md).",
+        description="Rows per write transaction (each batch commits on its own). Unset: the "
+        "throttle sizes each batch to about a quarter second of work on a quiet database (10 to "
+        "5,000 rows), halves it when SAN's database gets busy (docs/configuration.md, "
+        '"The throttle"); a number fixes it.',
     )
     lock_timeout_ms: int = Field(
         default=LOCK_TIMEOUT_MS,
@@ -49,14 +49,14 @@ class WriteConfig(Config):
         description="PostgreSQL `statement_timeout` for detection and each write batch (set per "
         "transaction; the server's own settings are untouched).",
     )
-    batch_pause_ratio: float = Field(
-        default=BATCH_PAUSE_RATIO,
+    batch_pause_ratio: float | None = Field(
+        default=None,
         ge=0,
         le=MAX_BATCH_PAUSE_RATIO,
-        description="After each write batch, rest this many times as long as the batch took, "
-        "leaving the app's transactions the WAL and the CPU (0: batches back to back, about "
-        "80 times as fast with `batch_size` 5000, for a backlog on a quiet database; "
-        "docs/benchmarks.md).",
+        description="Unset: between batches the throttle rests as SAN's database's signals say "
+        "(none when it is quiet; longer as its commits slow down). A number: rest this many "
+        "times each batch's own work (lock waits excluded; 0: back to back); the throttle "
+        "still slows to its smallest batches when the database is critically loaded.",
     )
     dry_run: bool = Field(
         default=False,

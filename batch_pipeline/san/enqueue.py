@@ -14,21 +14,27 @@ query and one insert per job type. Both give the same `EnqueueOutcome`.
 new jobs through the dispatcher: in the transaction (pg_notify) or after commit (Redis).
 """
 
+import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Generic, NamedTuple, TypeVar
 
 from sqlalchemy import case, func, select
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from batch_pipeline.san.database import write_transaction
 from batch_pipeline.san.dialects import dialect, named_rows
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
+from batch_pipeline.san.errors import first_line
 from batch_pipeline.san.job_source import Eligibility, EnqueueRequest, JobSource
 from batch_pipeline.san.limits import WriteLimits
 from batch_pipeline.san.tables import PENDING, holds_its_target, jobs
+from batch_pipeline.san.throttle import Overrides, Signals, Throttle, ThrottleLog
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -211,15 +217,12 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def chunked(items: Sequence[T], size: int) -> Iterable[Sequence[T]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
 @dataclass
 class BatchRunReport:
     batches: int = 0
+    rows: int = 0  # items the committed batches took
     announce_failures: int = 0
+    throttle: ThrottleLog = field(default_factory=ThrottleLog)
 
 
 class BatchWritten(NamedTuple, Generic[R]):
@@ -231,18 +234,34 @@ class BatchWritten(NamedTuple, Generic[R]):
     announced: bool = False
 
 
+def signals_of(engine: Engine) -> Callable[[], Signals | None]:
+    """The database's signals for the throttle; a reading that fails is no reading (the batch
+    after it rests by the batch-time rule), never a failed run."""
+    read = dialect(engine).read_load
+
+    def reading() -> Signals | None:
+        try:
+            return read(engine)
+        except SQLAlchemyError as error:
+            log.warning("throttle: cannot read the database's load: %s", first_line(error))
+            return None
+
+    return reading
+
+
 def run_in_batches(
     engine: Engine,
     dispatcher: Dispatcher,
     items: Sequence[T],
-    batch_size: int,
+    batch_size: int | None,
     write_batch: Callable[[Connection, Sequence[T]], BatchWritten[R]],
     limits: WriteLimits = WriteLimits(),
 ) -> tuple[list[R], BatchRunReport]:
     """Apply `write_batch` to bounded slices of `items`, one transaction per slice.
 
-    Between two batches, a pause of `limits.pause_after` the previous batch's duration: the
-    app's own transactions get the WAL and the CPU back.
+    How many items a slice takes and how long to rest before it is the throttle's
+    (san/throttle.py), steered by the database's signals; `batch_size` and
+    `limits.batch_pause_ratio` are an operator's fixed values (None: the throttle's).
 
     The jobs a batch created are announced in the same transaction (pg_notify: by the write
     statement itself, else by a second statement) or right after it commits (Redis). A failure
@@ -250,18 +269,25 @@ def run_in_batches(
     """
     results: list[R] = []
     report = BatchRunReport()
-    pause_s = 0.0
+    throttle = Throttle(
+        signals_of(engine),
+        Overrides(batch_size, limits.batch_pause_ratio),
+        clock=time.monotonic,
+        sleep=time.sleep,
+    )
+    report.throttle = throttle.log
     try:
-        for batch in chunked(items, batch_size):
-            time.sleep(pause_s)  # the app's turn (limits.batch_pause_ratio); none before the first
+        while report.rows < len(items):
+            batch = items[report.rows : report.rows + throttle.next_batch()]
             started = time.monotonic()
             with write_transaction(engine, limits) as conn:
                 written = write_batch(conn, batch)
                 dispatcher.announce_in_transaction(
                     conn, [] if written.announced else written.created
                 )
-            pause_s = limits.pause_after(time.monotonic() - started)
+            throttle.written(len(batch), time.monotonic() - started)
             report.batches += 1
+            report.rows += len(batch)
             report.announce_failures += dispatcher.announce_after_commit(written.created)
             results.append(written.result)
     except Exception as error:

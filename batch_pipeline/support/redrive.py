@@ -29,7 +29,7 @@ from batch_pipeline.san.dialects import dialect, named_rows
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.enqueue import BatchWritten, enqueue_jobs
 from batch_pipeline.san.job_source import EnqueueRequest
-from batch_pipeline.san.limits import BATCH_SIZE, WriteLimits
+from batch_pipeline.san.limits import WriteLimits
 from batch_pipeline.san.tables import FAILED, jobs
 
 # Targets redriven per run at most, oldest first, unless the run asks for fewer.
@@ -216,7 +216,7 @@ def redrive(
     now: datetime,
     report: RedriveReport,
     *,
-    batch_size: int = BATCH_SIZE,
+    batch_size: int | None = None,
     limits: WriteLimits = WriteLimits(),
 ) -> RedriveReport:
     """One new job per target of `targets` (exhausted_targets' rows, already cut to the

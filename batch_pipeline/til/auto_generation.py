@@ -197,6 +197,7 @@ class TilReport:
     job_ids: list[int] = field(default_factory=list)
     # deleted by the app between detection and write
     users_gone: list[int] = field(default_factory=list)
+    throttle: dict = field(default_factory=dict)  # how its writes were paced (san/throttle.py)
 
     def metadata(self) -> dict:
         return {
@@ -220,6 +221,7 @@ class TilReport:
             "summaries_created_at": self.summaries_created_at.isoformat(),
             "day_start_utc": self.day_start_utc.isoformat(),
             "day_end_utc": self.day_end_utc.isoformat(),
+            **({"throttle": self.throttle} if self.throttle else {}),
         }
 
 
@@ -294,4 +296,5 @@ def with_writes(report: TilReport, done: dict[int, int], earlier_jobs, results, 
     report.summaries_created = len(report.summary_ids)
     report.jobs_created = len(report.job_ids)
     report.announce_failures = batches.announce_failures
+    report.throttle = batches.throttle.metadata()
     return report

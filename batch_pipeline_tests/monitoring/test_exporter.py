@@ -103,6 +103,10 @@ def test_37_ghosts_show_then_heal_and_the_heals_are_counted(san_db, endpoint):
         assert value(after, f"{heal}_bucket", lane="recovery_job", le="3600") == GHOSTS
         assert value(after, f"{heal}_bucket", lane="recovery_job", le="1800") == 0
         assert value(after, "batch_pipeline_exhausted_targets", area="ghost_job_recovery") == 0
+        # how the throttle paced the writes: some writing, and the rest it took (none is fine)
+        paced = "batch_pipeline_throttle_seconds"
+        assert value(after, paced, area="ghost_job_recovery", doing="write") > 0
+        assert value(after, paced, area="ghost_job_recovery", doing="rest") >= 0
         ended = value(
             after, "batch_pipeline_last_success_timestamp_seconds", dagster_job="recovery_job"
         )

@@ -514,3 +514,17 @@ def test_the_per_run_cap_defers_the_newest_and_the_next_runs_reach_every_target(
         audit = latest_metadata(instance, "orphan_scrap_recovery")
         healed.append([pair["scrap_id"] for pair in audit["recovered"]])
     assert healed == [orphans[:2], orphans[2:4], orphans[4:]]
+
+
+def test_the_audit_says_how_the_throttle_paced_the_writes(san_db):
+    for target in range(7):
+        san_db.job(CARD_ANALYSIS, target, PENDING, created_at=san_db.ago(hours=1))
+    result, instance = run_recovery(san_db, config={"batch_size": 3})
+    assert result.success
+    throttle = latest_metadata(instance, "ghost_job_recovery")["throttle"]
+    assert (throttle["batches"], throttle["rows"]) == (3, 7)
+    assert throttle["write_seconds"] > 0 and throttle["rest_seconds"] >= 0
+    # PostgreSQL measures the load; SQLite has none to measure and keeps the batch-time rule
+    zone = "unmeasured" if san_db.kind == "sqlite" else None
+    assert sum(throttle["batches_by_zone"].values()) == 3
+    assert zone is None or throttle["batches_by_zone"] == {zone: 3}

@@ -2,13 +2,15 @@
 and the commands call, through `dialect(bind)` (as River declares its driver interface and runs
 one test suite against every driver: batch_pipeline_tests/san/dialects/test_interface.py).
 
-Every member is required. Two capabilities are optional, and the caller learns whether a
+Every member is required. Three capabilities are optional, and the caller learns whether a
 dialect has them from the answer of a function every dialect provides:
 
 - `fused_enqueue(conn, source)`: the whole batch as one statement, or None (the caller then
   takes the portable path: the source's statement, one count query and one insert);
 - `announce_statement(channel)`: a statement that announces jobs inside their transaction
-  (pg_notify), or None (the database cannot: pg_notify is refused for it).
+  (pg_notify), or None (the database cannot: pg_notify is refused for it);
+- `read_load(engine)`: the throttle's signals, or None (the throttle keeps the batch-time
+  rule).
 """
 
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +27,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from batch_pipeline.san.indexes import RecommendedIndex
 from batch_pipeline.san.job_source import JobSource
 from batch_pipeline.san.limits import WriteLimits
+from batch_pipeline.san.throttle import Signals
 
 # The fused enqueue statement, run: (conn, source, *, now, max_attempts, notify_channel) -> its
 # outcome, each array by name (see postgresql.enqueue_fused).
@@ -128,3 +131,6 @@ class Dialect(Protocol):
     def announce_statement(self, channel: str) -> Executable | None:
         """A statement announcing the jobs bound as `job_ids` inside their transaction, or
         None."""
+
+    def read_load(self, engine: Engine) -> Signals | None:
+        """The throttle's signals now (san/throttle.py), or None where there are none."""

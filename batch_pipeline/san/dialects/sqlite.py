@@ -164,6 +164,12 @@ def announce_statement(channel: str) -> None:
     return None
 
 
+def read_load(engine: Engine) -> None:
+    """None: an embedded file has no other sessions to measure or protect; the throttle keeps
+    the batch-time rule (san/throttle.py)."""
+    return None
+
+
 def plain_rows(result: Result) -> list[tuple]:
     """Every row of `result`, in one fetch, through SQLAlchemy: SQLite hands back timestamps as
     text, which SQLAlchemy's result processing turns into datetimes."""

@@ -54,3 +54,8 @@ def test_the_database_clock_is_sqlites_own_in_utc(tmp_path):
         now = sqlite.database_now(conn)
     assert now.utcoffset().total_seconds() == 0
     assert abs((now - db.now).total_seconds()) < 60
+
+
+def test_sqlite_has_no_load_to_read_and_the_throttle_keeps_the_batch_time_rule(tmp_path):
+    db = make_sqlite_db(tmp_path)
+    assert sqlite.read_load(db.engine) is None

@@ -14,8 +14,9 @@
 Numbers behind these choices: docs/benchmarks.md, "Figures behind the code".
 
 A package by concern: session.py (engine, transaction settings, the write lock), catalog.py
-(indexes, sizes, types, privileges), rows.py (arrays, expressions, inserts, row decoding) and
-enqueue.py (the fused enqueue). This package is the dialect (interface.py): it names them all.
+(indexes, sizes, types, privileges), rows.py (arrays, expressions, inserts, row decoding),
+enqueue.py (the fused enqueue) and load.py (the throttle's signals). This package is the
+dialect (interface.py): it names them all.
 """
 
 from batch_pipeline.san.dialects.postgresql.catalog import (
@@ -38,6 +39,7 @@ from batch_pipeline.san.dialects.postgresql.enqueue import (
     enqueue_statement,
     fused_enqueue,
 )
+from batch_pipeline.san.dialects.postgresql.load import read_load
 from batch_pipeline.san.dialects.postgresql.rows import (
     BigIntArray,
     announce_statement,
@@ -89,6 +91,7 @@ __all__ = [
     "missing_valid_indexes",
     "normalise_url",
     "plain_rows",
+    "read_load",
     "avoid_full_scans",
     "run_index_statements",
     "session_defaults",

@@ -1,0 +1,58 @@
+"""The throttle's signals (san/throttle.py), read from PostgreSQL itself, no extension needed:
+one small transaction that takes a transaction id and commits with synchronous_commit on, so
+its commit waits for the WAL flush exactly as an app commit does, and reads in the same
+statement the app's active sessions, app sessions blocked by batch_pipeline's, and the
+replicas' replay lag.
+
+Its cost: one commit record of WAL and one scan of pg_stat_activity (a few hundred rows at
+most) per reading; the throttle reads at most once per batch and every REACT_EVERY of a rest.
+A role that is not a superuser sees other roles' sessions only with pg_monitor (or
+pg_read_all_stats, deploy/postgres/grants.sql): without it the app's sessions count as none,
+and the commit latency alone steers.
+"""
+
+import os
+import time
+
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+
+from batch_pipeline.san.throttle import Signals
+
+APPLICATION_NAME = "batch_pipeline"  # our sessions' (create_engine's connect_args)
+READ_LOAD = text(
+    """
+    SELECT txid_current(),
+      (SELECT count(*) FROM pg_stat_activity a
+        WHERE a.state = 'active' AND a.backend_type = 'client backend'
+          AND a.pid <> pg_backend_pid() AND a.application_name IS DISTINCT FROM :ours),
+      (SELECT count(*) FROM pg_stat_activity w
+        WHERE w.wait_event_type = 'Lock' AND w.application_name IS DISTINCT FROM :ours
+          AND EXISTS (SELECT 1 FROM pg_stat_activity o
+                       WHERE o.pid = ANY (pg_blocking_pids(w.pid))
+                         AND o.application_name = :ours)),
+      (SELECT max(extract(epoch FROM replay_lag)) FROM pg_stat_replication)
+    """
+)
+SYNCHRONOUS_COMMIT = text("SELECT set_config('synchronous_commit', 'on', true)")
+
+
+def read_load(engine: Engine) -> Signals:
+    with engine.connect() as conn:
+        transaction = conn.begin()
+        try:
+            conn.execute(SYNCHRONOUS_COMMIT)
+            _, active, blocked, lag = conn.execute(READ_LOAD, {"ours": APPLICATION_NAME}).one()
+            started = time.perf_counter()
+            transaction.commit()
+            commit_seconds = time.perf_counter() - started
+        except BaseException:
+            transaction.rollback()
+            raise
+    return Signals(
+        commit_seconds=commit_seconds,
+        active_app_sessions=int(active),
+        blocked_by_us=int(blocked),
+        replica_lag_seconds=float(lag) if lag is not None else None,
+        cores=os.cpu_count() or 1,
+    )

@@ -1,0 +1,59 @@
+"""The throttle's signals, read from the real PostgreSQL: a commit's latency, the app's active
+sessions (not ours), an app session waiting for a lock batch_pipeline holds."""
+
+import threading
+
+from sqlalchemy import create_engine, text
+
+from batch_pipeline.san.database import write_transaction
+from batch_pipeline.san.dialects.postgresql.load import read_load
+from batch_pipeline.san.tables import CARD_ANALYSIS, PENDING
+
+
+def app_engine(pg_db):
+    """A connection as SAN's app makes it: another application_name than batch_pipeline's."""
+    return create_engine(
+        pg_db.engine.url.render_as_string(hide_password=False),
+        connect_args={"application_name": "san-app"},
+    )
+
+
+def test_an_idle_database_reads_a_fast_commit_and_no_app_at_work(pg_db):
+    reading = read_load(pg_db.engine)
+    assert 0 < reading.commit_seconds < 5
+    assert reading.blocked_by_us == 0 and reading.cores >= 1
+    assert reading.replica_lag_seconds is None  # no replicas here
+
+
+def test_an_app_session_at_work_and_one_blocked_by_ours_are_counted(pg_db):
+    job = pg_db.job(CARD_ANALYSIS, 1, PENDING)
+    app = app_engine(pg_db)
+    busy_started, blocked_started = threading.Event(), threading.Event()
+
+    def app_at_work():
+        with app.connect() as conn:
+            busy_started.set()
+            conn.execute(text("SELECT pg_sleep(3)"))
+
+    def app_blocked():
+        with app.begin() as conn:
+            blocked_started.set()
+            conn.execute(text("UPDATE jobs SET updated_at = now() WHERE id = :id"), {"id": job})
+
+    with write_transaction(pg_db.engine) as ours:  # batch_pipeline holds the job's row
+        ours.execute(text("UPDATE jobs SET updated_at = now() WHERE id = :id"), {"id": job})
+        threads = [threading.Thread(target=app_at_work), threading.Thread(target=app_blocked)]
+        for thread in threads:
+            thread.start()
+        busy_started.wait(10), blocked_started.wait(10)
+        reading = None
+        for _ in range(50):
+            reading = read_load(pg_db.engine)
+            if reading.blocked_by_us and reading.active_app_sessions >= 2:
+                break
+            threading.Event().wait(0.1)
+        assert reading.blocked_by_us == 1
+        assert reading.active_app_sessions >= 2  # the sleeper and the blocked one
+    for thread in threads:
+        thread.join(30)
+    app.dispose()

@@ -1,0 +1,142 @@
+"""The throttle's law on simulated signals (no database, no timing): full speed on a quiet
+database, backing off with the app's commit latency, the least writing that still progresses
+when critical, a rest from the batch's own work (never a lock wait), back to full speed when
+quiet again, no flapping; the runtime's rests react to readings taken during them."""
+
+from batch_pipeline.san.throttle import (
+    BUSY,
+    CRITICAL,
+    CRITICAL_REST,
+    FALLBACK_REST_RATIO,
+    MAX_BATCH,
+    MAX_REST_RATIO,
+    MIN_BATCH,
+    QUIET,
+    START_BATCH,
+    TARGET_BATCH_SECONDS,
+    Overrides,
+    Signals,
+    Throttle,
+    ThrottleState,
+    decide,
+    learned_baseline,
+)
+
+QUIET_COMMIT = 0.001
+ROW_COST = 0.0001  # seconds per row: 2,500 rows make TARGET_BATCH_SECONDS
+
+
+def signals(slowdown: float = 1.0, active: int = 0, blocked: int = 0, lag=None) -> Signals:
+    return Signals(
+        commit_seconds=QUIET_COMMIT * slowdown,
+        active_app_sessions=active,
+        blocked_by_us=blocked,
+        replica_lag_seconds=lag,
+        cores=4,
+    )
+
+
+def run(state: ThrottleState, readings, overrides=Overrides()):
+    """Batches written at ROW_COST per row under `readings`, one per batch: each step."""
+    steps = []
+    for reading in readings:
+        step = decide(state, reading, state.batch_size, state.batch_size * ROW_COST, overrides)
+        steps.append(step)
+        state = step.state
+    return steps
+
+
+def learned() -> ThrottleState:
+    return ThrottleState(baseline=QUIET_COMMIT)
+
+
+def test_a_quiet_database_gets_no_rest_and_batches_of_the_target_time():
+    steps = run(learned(), [signals()] * 12)
+    assert all(step.rest_seconds == 0 and step.state.zone == QUIET for step in steps)
+    sizes = [step.state.batch_size for step in steps]
+    assert sizes == sorted(sizes)  # grows, at most x2 a batch
+    assert sizes[-1] * ROW_COST == TARGET_BATCH_SECONDS
+    assert all(b <= a * 2 for a, b in zip([START_BATCH, *sizes], sizes, strict=False))
+
+
+def test_slower_commits_halve_the_batch_and_rest_longer_the_slower_they_get():
+    busy = run(learned(), [signals(slowdown=2.0)] * 3)
+    slower = run(learned(), [signals(slowdown=3.5)] * 3)
+    assert [s.state.zone for s in busy] == [BUSY] * 3
+    assert [s.state.batch_size for s in busy] == [50, 25, 12]
+    work = busy[0].state.batch_size * 2 * ROW_COST  # the batch before it: twice as large
+    assert work < busy[0].rest_seconds < MAX_REST_RATIO * work
+    assert slower[0].rest_seconds > busy[0].rest_seconds
+
+
+def test_critical_load_writes_the_smallest_batches_yet_progresses():
+    for reading in (signals(slowdown=5), signals(blocked=1), signals(lag=60.0), signals(active=9)):
+        [step] = run(learned(), [reading])
+        assert step.state.zone == CRITICAL, reading
+        assert (step.state.batch_size, step.rest_seconds) == (MIN_BATCH, CRITICAL_REST)
+    assert "wait for our locks" in run(learned(), [signals(blocked=2)])[0].state.reason
+
+
+def test_a_batch_that_waited_for_a_lock_rests_no_longer_than_one_that_did_not():
+    state = ThrottleState(baseline=QUIET_COMMIT, seconds_per_row=ROW_COST, batch_size=100)
+    plain = decide(state, signals(slowdown=2.0), 100, 100 * ROW_COST)
+    waited = decide(state, signals(slowdown=2.0), 100, 100 * ROW_COST + 4.0)
+    assert waited.rest_seconds <= plain.rest_seconds * 2
+    assert waited.state.seconds_per_row == ROW_COST  # the wait is not learned as its cost
+
+
+def test_back_to_quiet_it_is_at_full_speed_within_a_few_batches_and_does_not_flap():
+    steps = run(learned(), [signals(slowdown=5)] * 5 + [signals()] * 12)
+    after = steps[6:]  # the second quiet reading: a reading is judged by a median of three
+    assert all(step.state.zone == QUIET and step.rest_seconds == 0 for step in after)
+    full = next(i for i, step in enumerate(after) if step.state.batch_size * ROW_COST >= 0.2)
+    assert full <= 8  # ~8 batches of under 0.25 s: well within 10 s
+    steady = run(learned(), [signals(slowdown=2.5)] * 20)[5:]
+    assert len({(s.state.batch_size, round(s.rest_seconds, 6)) for s in steady}) == 1
+
+
+def test_without_signals_it_is_the_batch_time_rule_and_an_operator_s_values_hold():
+    [step] = run(ThrottleState(), [None])
+    assert step.rest_seconds == FALLBACK_REST_RATIO * START_BATCH * ROW_COST
+    [fixed] = run(learned(), [signals()], Overrides(batch_size=777, rest_ratio=2.0))
+    assert fixed.state.batch_size == 777
+    assert fixed.rest_seconds == 2.0 * START_BATCH * ROW_COST  # the ratio, on its work
+    [critical] = run(learned(), [signals(blocked=1)], Overrides(batch_size=777, rest_ratio=0))
+    assert critical.rest_seconds == CRITICAL_REST  # the emergency holds over an override
+
+
+def test_the_quiet_baseline_is_the_fastest_commit_and_one_slow_fsync_is_noise():
+    assert learned_baseline(None, 0.002) == 0.002
+    assert learned_baseline(0.002, 0.001) == 0.001
+    assert learned_baseline(0.001, 0.010) == 0.001  # sustained load is never learned as quiet
+    steps = run(learned(), [signals(), signals(), signals(slowdown=20), signals()])
+    assert [step.state.zone for step in steps] == [QUIET] * 4
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_a_rest_ends_early_when_the_database_quiets_and_stretches_when_critical():
+    clock = Clock()
+    readings = iter([signals(), signals(slowdown=3.0), signals(), signals()])
+    throttle = Throttle(lambda: next(readings), clock=lambda: clock.now, sleep=clock.sleep)
+    assert throttle.next_batch() == START_BATCH  # learns the baseline first
+    throttle.written(START_BATCH, 0.5)  # busy: a long rest decided
+    assert throttle.rest > 1.0
+    throttle.next_batch()
+    assert clock.now <= 0.5 + 1e-9  # one nap, then a quiet reading ended the rest
+    critical = iter([signals(), signals(blocked=1), signals(blocked=1)] + [signals(blocked=1)] * 20)
+    clock = Clock()
+    throttle = Throttle(lambda: next(critical), clock=lambda: clock.now, sleep=clock.sleep)
+    throttle.next_batch()
+    throttle.written(MIN_BATCH, 0.01)
+    assert throttle.next_batch() == MIN_BATCH
+    assert clock.now >= CRITICAL_REST - 1e-9
+    log = throttle.log.metadata()
+    assert log["batches_by_zone"] == {CRITICAL: 1} and "wait for our locks" in log["why_it_slowed"]
+    assert MAX_BATCH >= START_BATCH
