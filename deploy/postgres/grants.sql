@@ -26,3 +26,11 @@ SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', pg_get_serial_sequence(t, 'id'
 SELECT format('GRANT SET ON PARAMETER wal_compression TO %I', :'role')
   WHERE current_setting('server_version_num')::int >= 150000
     AND (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) \gexec
+
+-- Optional, run by a superuser or a role that administers pg_read_all_stats (by anyone else
+-- this does nothing): let the throttle see the app's sessions in pg_stat_activity (how many
+-- run a statement, which wait for a lock of ours). Without it the commit latency alone steers
+-- the throttle (docs/configuration.md, "The throttle").
+SELECT format('GRANT pg_read_all_stats TO %I', :'role')
+  WHERE (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
+     OR pg_has_role(current_user, 'pg_read_all_stats', 'MEMBER WITH ADMIN OPTION') \gexec
