@@ -132,14 +132,18 @@ def one_recovery_run(
     go.wait()
     started = time.time()
     elapsed, result, instance = run_pipeline("recovery_job", url, config)
-    healed = 0
+    healed, paced = 0, {}
     for event in result.all_events:  # a failed run's areas too
         if event.event_type_value == "ASSET_MATERIALIZATION":
-            metadata = event.event_specific_data.materialization.metadata
-            if "enqueued" in metadata:
-                healed += int(metadata["enqueued"].value)
+            materialization = event.event_specific_data.materialization
+            if "enqueued" in materialization.metadata:
+                healed += int(materialization.metadata["enqueued"].value)
+            if "throttle" in materialization.metadata:
+                paced[materialization.asset_key.to_user_string()] = materialization.metadata[
+                    "throttle"
+                ].value
     steps = step_spans(instance, result.run_id, ended=("STEP_SUCCESS", "STEP_FAILURE"))
-    results.put((started, time.time(), result.success, elapsed, healed, steps))
+    results.put((started, time.time(), result.success, elapsed, healed, steps, paced))
 
 
 class WaitSampler(threading.Thread):
@@ -378,7 +382,16 @@ def one_repeat(
         wal_before = conn.execute(WAL_POSITION).fetchone()[0]
         host.mark("during")
         go.set()
-        run_started, run_ended, success, elapsed, changed, steps = results.get(timeout=RUN_BUDGET_S)
+        run_started, run_ended, success, elapsed, changed, steps, paced = results.get(
+            timeout=RUN_BUDGET_S
+        )
+        for area, log in paced.items():  # how the throttle paced each area, and why
+            print(
+                f"  throttle {area}: {log.get('batches')} batches, {log.get('rows')} rows, wrote "
+                f"{log.get('write_seconds')} s, rested {log.get('rest_seconds')} s, "
+                f"{log.get('readings')} readings, zones {log.get('batches_by_zone')}"
+                + (f"; slowed: {log['why_it_slowed']}" if log.get("why_it_slowed") else "")
+            )
         host.mark("after")
         wal_mb = conn.execute(WAL_SINCE, (wal_before,)).fetchone()[0] / 1e6
     run.join()

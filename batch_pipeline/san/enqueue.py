@@ -32,7 +32,7 @@ from batch_pipeline.san.errors import first_line
 from batch_pipeline.san.job_source import Eligibility, EnqueueRequest, JobSource
 from batch_pipeline.san.limits import WriteLimits
 from batch_pipeline.san.tables import PENDING, holds_its_target, jobs
-from batch_pipeline.san.throttle import Overrides, Signals, Throttle, ThrottleLog
+from batch_pipeline.san.throttle import Overrides, Sampler, Signals, Throttle, ThrottleLog
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +249,20 @@ def signals_of(engine: Engine) -> Callable[[], Signals | None]:
     return reading
 
 
+def throttle_for(engine: Engine, batch_size: int | None, limits: WriteLimits) -> Throttle:
+    """The run's throttle: readings sampled beside its writes where the database has signals
+    (PostgreSQL), else the batch-time rule (SQLite)."""
+    reading = signals_of(engine)
+    has_signals = reading() is not None
+    return Throttle(
+        reading if has_signals else None,
+        Overrides(batch_size, limits.batch_pause_ratio),
+        clock=time.monotonic,
+        sleep=time.sleep,
+        sampler=Sampler(reading) if has_signals else None,
+    )
+
+
 def run_in_batches(
     engine: Engine,
     dispatcher: Dispatcher,
@@ -269,12 +283,7 @@ def run_in_batches(
     """
     results: list[R] = []
     report = BatchRunReport()
-    throttle = Throttle(
-        signals_of(engine),
-        Overrides(batch_size, limits.batch_pause_ratio),
-        clock=time.monotonic,
-        sleep=time.sleep,
-    )
+    throttle = throttle_for(engine, batch_size, limits)
     report.throttle = throttle.log
     try:
         while report.rows < len(items):
@@ -294,6 +303,8 @@ def run_in_batches(
         if results:  # the error travels on unchanged, with what the committed batches did
             setattr(error, COMMITTED_ATTRIBUTE, Committed(results, report))
         raise
+    finally:
+        throttle.close()
     return results, report
 
 

@@ -2,34 +2,38 @@
 
 Every write path (recovery_job, the TIL day, the fast lane, redrive) writes through
 `run_in_batches` (san/enqueue.py), which asks a Throttle before each batch how many rows to
-write and how long to rest first. The Throttle reads the database's signals (a dialect's
-`read_load`: the commit latency an app transaction feels now, the app's active sessions, app
-sessions blocked by ours, replica lag) and applies `decide`, a pure function of the signals and
-of the batches so far, in three zones:
+write and how long to rest first. A Sampler reads the database's signals every SAMPLE_EVERY
+beside the writes (a dialect's `read_load`: how long a small transaction takes, as an app's
+feels it, the app's active sessions, app sessions blocked by ours, replica lag), and the
+Throttle applies `decide`, a pure function of what was read during the last batch and of the
+batches so far, in three zones:
 
-- quiet (commits as fast as the learned quiet baseline, few app sessions active): no rest, and
+- quiet (probe transactions as fast as the learned quiet baseline, no app session at work): no
+  rest, and
   the batch grows toward TARGET_BATCH_SECONDS of work (pt-online-schema-change's chunk time),
   at most x GROWTH per batch;
-- busy (commits SLOWDOWN_AT times the baseline, or the app's active sessions near the cores):
-  the batch halves, and the rest grows with the slowdown, up to MAX_REST_RATIO times the
-  batch's own work;
-- critical (commits CRITICAL_AT times the baseline, an app session blocked by ours, replica lag
+- busy (the app at work, or its transactions SLOWDOWN_AT times slower than the baseline):
+  the batch halves down to APP_BATCH_SECONDS of work, and the rest grows with the slowdown from
+  BUSY_REST_RATIO to MAX_REST_RATIO times the batch's own work;
+- critical (probes CRITICAL_AT times the baseline, an app session blocked by ours, replica lag
   past CRITICAL_LAG, the app's sessions far past the cores): the smallest batch, and a rest of
   CRITICAL_REST, so the run still makes progress (one small batch every few seconds) and
   finishes within its max_runtime.
 
 A rest is proportional to the batch's own work, estimated from the rows it wrote at the measured
 seconds per row, never to its wall time: a batch that waited for a lock rests no longer than one
-that did not. During a rest the signals are read every REACT_EVERY: a database that quiets ends
-the rest early, one that gets busier lengthens it.
+that did not. During a rest the readings are judged every REACT_EVERY: a database that quiets
+ends the rest early, one that gets critical lengthens it.
 
 Without signals (SQLite: one process, no other sessions to protect) the throttle is the batch
 time rule: rest FALLBACK_REST_RATIO times the batch's work. An operator's `batch_size` fixes the
 batch; an operator's `batch_pause_ratio` fixes the rest ratio (the critical zone still applies).
 """
 
+import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 # -- the law's constants (their figures: docs/benchmarks.md, "The feedback throttle") ---------
@@ -38,16 +42,26 @@ GROWTH = 2.0  # the most a batch grows from one to the next
 MIN_BATCH = 10
 MAX_BATCH = 5_000
 START_BATCH = 100
-SLOWDOWN_AT = 1.5  # commit latency / quiet baseline where the throttle starts to back off
+SLOWDOWN_AT = 1.5  # probe time / quiet baseline where the throttle starts to back off
 CRITICAL_AT = 4.0  # ... where it writes the least it can
-MAX_REST_RATIO = 30.0  # the busy zone's longest rest, times the batch's work
+# While the app is at work, a batch of ours holds its commits behind our WAL and competes for
+# its cores: batches of about APP_BATCH_SECONDS, then a rest of BUSY_REST_RATIO times their
+# work when its transactions are not slowed, up to MAX_REST_RATIO as they slow down.
+APP_BATCH_SECONDS = 0.005
+BUSY_REST_RATIO = 25.0
+MAX_REST_RATIO = 60.0
 CRITICAL_REST = 3.0  # seconds between two smallest batches in the critical zone
 CRITICAL_LAG = 30.0  # seconds of replica replay lag
 BUSY_LOAD = 0.75  # the app's active sessions per database core
 CRITICAL_LOAD = 2.0
-REACT_EVERY = 0.5  # seconds between two readings during a rest
+REACT_EVERY = 0.5  # seconds between two decisions during a rest
+# Readings are taken by a sampler beside the writes, this often: what an app transaction feels
+# while a batch of ours runs is what matters, and a reading between batches never sees it.
+SAMPLE_EVERY = 0.1
+# A batch is judged by this quantile of the probe times read while it ran (and since).
+JUDGED_QUANTILE = 0.9
 FALLBACK_REST_RATIO = 30.0  # without signals: the batch-time rule
-# The quiet baseline: the lowest commit latency this run has seen (a run is minutes: what a
+# The quiet baseline: the fastest probe transaction this run has seen (a run is minutes: what a
 # database is like for good is learned again by the next), never below BASELINE_FLOOR. A
 # reading is judged by the median of the last SMOOTHED readings: one slow fsync is noise.
 BASELINE_FLOOR = 0.0005
@@ -60,7 +74,7 @@ UNMEASURED = "unmeasured"  # no signals (SQLite): the batch-time rule
 class Signals:
     """One reading of the database (a dialect's `read_load`)."""
 
-    commit_seconds: float  # a one-row-of-WAL transaction's commit: what an app commit waits
+    probe_seconds: float  # a small transaction's time, statements and commit: what an app's feels
     active_app_sessions: int  # the app's sessions running a statement now
     blocked_by_us: int  # app sessions waiting for a lock batch_pipeline holds
     replica_lag_seconds: float | None  # the largest replay lag, None without replicas
@@ -72,11 +86,11 @@ class ThrottleState:
     """What the law remembers between batches."""
 
     batch_size: int = START_BATCH
-    baseline: float | None = None  # the quiet commit latency learned so far
+    baseline: float | None = None  # the quiet probe time learned so far
     seconds_per_row: float | None = None  # the measured cost of a row's write
     zone: str = QUIET
     reason: str = "starting"
-    recent: tuple[float, ...] = ()  # the latest commit latencies read
+    recent: tuple[float, ...] = ()  # the latest probe times read
 
 
 @dataclass(frozen=True)
@@ -88,10 +102,10 @@ class Overrides:
 
 
 def zone_of(state: ThrottleState, signals: Signals) -> tuple[str, str, float]:
-    """The zone the signals put the database in, why, and the commit slowdown (latency over
+    """The zone the signals put the database in, why, and the slowdown (probe time over
     the quiet baseline)."""
-    baseline = max(state.baseline or signals.commit_seconds, BASELINE_FLOOR)
-    slowdown = max(smoothed(state.recent, signals.commit_seconds), BASELINE_FLOOR) / baseline
+    baseline = max(state.baseline or signals.probe_seconds, BASELINE_FLOOR)
+    slowdown = max(smoothed(state.recent, signals.probe_seconds), BASELINE_FLOOR) / baseline
     load = signals.active_app_sessions / max(signals.cores, 1)
     lag = signals.replica_lag_seconds or 0.0
     if signals.blocked_by_us:
@@ -100,28 +114,78 @@ def zone_of(state: ThrottleState, signals: Signals) -> tuple[str, str, float]:
         return CRITICAL, f"replica lag {lag:.0f} s", slowdown
     if slowdown >= CRITICAL_AT or load >= CRITICAL_LOAD:
         return CRITICAL, _said(slowdown, signals), slowdown
-    if slowdown >= SLOWDOWN_AT or load >= BUSY_LOAD:
+    if slowdown >= SLOWDOWN_AT or load >= BUSY_LOAD or signals.active_app_sessions:
         return BUSY, _said(slowdown, signals), slowdown
     return QUIET, _said(slowdown, signals), slowdown
 
 
 def _said(slowdown: float, signals: Signals) -> str:
     return (
-        f"commits {slowdown:.1f}x quiet ({signals.commit_seconds * 1000:.1f} ms), "
+        f"probes {slowdown:.1f}x quiet ({signals.probe_seconds * 1000:.1f} ms), "
         f"{signals.active_app_sessions} app sessions active on {signals.cores} cores"
     )
 
 
-def learned_baseline(baseline: float | None, commit_seconds: float) -> float:
-    """The quiet baseline after a reading: the fastest commit seen. Sustained load is never
+def aggregate(samples: Sequence[Signals]) -> Signals | None:
+    """The readings taken since the last decision as one: their JUDGED_QUANTILE probe time,
+    and the most app sessions at work, blocked by ours, and the largest replica lag seen."""
+    if not samples:
+        return None
+    probes = sorted(sample.probe_seconds for sample in samples)
+    lags = [s.replica_lag_seconds for s in samples if s.replica_lag_seconds is not None]
+    return Signals(
+        probe_seconds=probes[min(int(len(probes) * JUDGED_QUANTILE), len(probes) - 1)],
+        active_app_sessions=max(sample.active_app_sessions for sample in samples),
+        blocked_by_us=max(sample.blocked_by_us for sample in samples),
+        replica_lag_seconds=max(lags) if lags else None,
+        cores=samples[-1].cores,
+    )
+
+
+class Sampler:
+    """Reads the database's signals every SAMPLE_EVERY in a daemon thread, writes or not; `take()`
+    hands over the readings since the last call. A reading that fails is skipped."""
+
+    def __init__(self, read: Callable[[], Signals | None], every: float = SAMPLE_EVERY):
+        self.read, self.every = read, every
+        self.samples: deque[Signals] = deque(maxlen=1_000)
+        self.stopped = threading.Event()
+        self.fresh = threading.Event()  # set by a reading, cleared by take()
+        self.taken = 0
+        self.thread = threading.Thread(target=self._run, daemon=True, name="throttle-sampler")
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopped.is_set():
+            reading = self.read()
+            if reading is not None:
+                self.samples.append(reading)
+                self.taken += 1
+                self.fresh.set()
+            self.stopped.wait(self.every)
+
+    def take(self) -> list[Signals]:
+        self.fresh.clear()
+        taken = []
+        while self.samples:
+            taken.append(self.samples.popleft())
+        return taken
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=5)
+
+
+def learned_baseline(baseline: float | None, probe_seconds: float) -> float:
+    """The quiet baseline after a reading: the fastest probe seen. Sustained load is never
     learned as quiet."""
-    reading = max(commit_seconds, BASELINE_FLOOR)
+    reading = max(probe_seconds, BASELINE_FLOOR)
     return reading if baseline is None else min(baseline, reading)
 
 
-def smoothed(recent: tuple[float, ...], commit_seconds: float) -> float:
+def smoothed(recent: tuple[float, ...], probe_seconds: float) -> float:
     """The median of the latest readings, this one included."""
-    window = sorted((*recent, commit_seconds)[-SMOOTHED:])
+    window = sorted((*recent, probe_seconds)[-SMOOTHED:])
     return window[len(window) // 2]
 
 
@@ -175,18 +239,21 @@ def decide(
     zone, reason, slowdown = zone_of(state, signals)
     state = replace(
         state,
-        baseline=learned_baseline(state.baseline, signals.commit_seconds),
+        baseline=learned_baseline(state.baseline, signals.probe_seconds),
         zone=zone,
         reason=reason,
-        recent=(*state.recent, signals.commit_seconds)[-SMOOTHED:],
+        recent=(*state.recent, signals.probe_seconds)[-SMOOTHED:],
     )
     if zone == CRITICAL:
         size, rest = MIN_BATCH, CRITICAL_REST
     elif zone == BUSY:
-        size = max(MIN_BATCH, state.batch_size // 2)
-        # from a rest as long as the work at the slowdown's start to MAX_REST_RATIO at critical
-        share = (slowdown - SLOWDOWN_AT) / (CRITICAL_AT - SLOWDOWN_AT)
-        rest = work * (1 + min(max(share, 0.0), 1.0) * (MAX_REST_RATIO - 1))
+        app_sized = APP_BATCH_SECONDS / cost if cost else state.batch_size
+        size = max(MIN_BATCH, int(min(state.batch_size // 2, app_sized)))
+        # BUSY_REST_RATIO while the app's transactions are not slowed, MAX_REST_RATIO at critical
+        share = (slowdown - 1.0) / (CRITICAL_AT - 1.0)
+        rest = work * (
+            BUSY_REST_RATIO + min(max(share, 0.0), 1.0) * (MAX_REST_RATIO - BUSY_REST_RATIO)
+        )
     else:
         target = TARGET_BATCH_SECONDS / cost if cost else state.batch_size * GROWTH
         size = int(min(max(target, MIN_BATCH), state.batch_size * GROWTH, MAX_BATCH))
@@ -232,29 +299,42 @@ class Throttle:
         overrides: Overrides = Overrides(),
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        sampler: Sampler | None = None,
     ):
-        self.read_signals, self.overrides = read_signals, overrides
+        """`sampler`: readings taken beside the writes (the runtime's way); without one each
+        decision reads once, now (a test's simulated signals)."""
+        self.read_signals, self.overrides, self.sampler = read_signals, overrides, sampler
         self.clock, self.sleep = clock, sleep
         self.state = ThrottleState(batch_size=overrides.batch_size or START_BATCH)
         self.log = ThrottleLog()
         self.rest = 0.0
-        self.last_rows = self.last_seconds = 0.0
+        self.last: Signals | None = None  # the latest readings, aggregated
 
     def _signals(self) -> Signals | None:
         if self.read_signals is None:
             return None
+        if self.sampler is not None:
+            samples = self.sampler.take()
+            if not samples and self.last is None and self.sampler.fresh.wait(1.0):
+                samples = self.sampler.take()  # at the start: its first reading
+            self.log.readings = self.sampler.taken
+            # none new (a batch shorter than SAMPLE_EVERY): the latest still holds
+            self.last = aggregate(samples) or self.last
+            return self.last
         self.log.readings += 1
         return self.read_signals()
+
+    def close(self) -> None:
+        if self.sampler is not None:
+            self.sampler.stop()
 
     def next_batch(self) -> int:
         """Rest as the last decision said, then the next batch's size."""
         if self.log.batches == 0:  # before the first batch: the quiet baseline, our writes aside
             signals = self._signals()
             if signals is not None:
-                baseline = learned_baseline(None, signals.commit_seconds)
-                self.state = replace(
-                    self.state, baseline=baseline, recent=(signals.commit_seconds,)
-                )
+                baseline = learned_baseline(None, signals.probe_seconds)
+                self.state = replace(self.state, baseline=baseline, recent=(signals.probe_seconds,))
             return self.state.batch_size
         rest_left, rested = self.rest, 0.0
         while rest_left > 0:

@@ -1,10 +1,13 @@
 """The throttle's law on simulated signals (no database, no timing): full speed on a quiet
-database, backing off with the app's commit latency, the least writing that still progresses
+database, small batches and long rests while the app works, longer as its transactions slow
+down, the least writing that still progresses
 when critical, a rest from the batch's own work (never a lock wait), back to full speed when
 quiet again, no flapping; the runtime's rests react to readings taken during them."""
 
 from batch_pipeline.san.throttle import (
+    APP_BATCH_SECONDS,
     BUSY,
+    BUSY_REST_RATIO,
     CRITICAL,
     CRITICAL_REST,
     FALLBACK_REST_RATIO,
@@ -15,9 +18,11 @@ from batch_pipeline.san.throttle import (
     START_BATCH,
     TARGET_BATCH_SECONDS,
     Overrides,
+    Sampler,
     Signals,
     Throttle,
     ThrottleState,
+    aggregate,
     decide,
     learned_baseline,
 )
@@ -28,7 +33,7 @@ ROW_COST = 0.0001  # seconds per row: 2,500 rows make TARGET_BATCH_SECONDS
 
 def signals(slowdown: float = 1.0, active: int = 0, blocked: int = 0, lag=None) -> Signals:
     return Signals(
-        commit_seconds=QUIET_COMMIT * slowdown,
+        probe_seconds=QUIET_COMMIT * slowdown,
         active_app_sessions=active,
         blocked_by_us=blocked,
         replica_lag_seconds=lag,
@@ -140,3 +145,31 @@ def test_a_rest_ends_early_when_the_database_quiets_and_stretches_when_critical(
     log = throttle.log.metadata()
     assert log["batches_by_zone"] == {CRITICAL: 1} and "wait for our locks" in log["why_it_slowed"]
     assert MAX_BATCH >= START_BATCH
+
+
+def test_the_readings_of_a_batch_are_judged_by_their_slow_tail_and_worst_load():
+    samples = [signals(slowdown=1.0)] * 8 + [signals(slowdown=6.0, active=3, blocked=1)] * 2
+    judged = aggregate(samples)
+    assert judged.probe_seconds == QUIET_COMMIT * 6.0  # the 90th percentile: the slow tail
+    assert (judged.active_app_sessions, judged.blocked_by_us) == (3, 1)
+    assert aggregate([]) is None
+
+
+def test_the_sampler_reads_beside_the_writes_and_hands_over_what_it_read():
+    readings = iter([signals()] * 1_000)
+    sampler = Sampler(lambda: next(readings), every=0.001)
+    try:
+        assert sampler.fresh.wait(5)
+        taken = sampler.take()
+        assert taken and all(isinstance(sample, Signals) for sample in taken)
+    finally:
+        sampler.stop()
+    assert not sampler.thread.is_alive()
+
+
+def test_while_the_app_works_batches_are_small_and_rests_long_even_before_it_slows():
+    state = ThrottleState(baseline=QUIET_COMMIT, seconds_per_row=ROW_COST, batch_size=2_500)
+    step = decide(state, signals(active=1), 2_500, 2_500 * ROW_COST)
+    assert step.state.zone == BUSY
+    assert step.state.batch_size * ROW_COST <= APP_BATCH_SECONDS
+    assert step.rest_seconds == BUSY_REST_RATIO * 2_500 * ROW_COST

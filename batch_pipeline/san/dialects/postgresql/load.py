@@ -1,8 +1,8 @@
 """The throttle's signals (san/throttle.py), read from PostgreSQL itself, no extension needed:
-one small transaction that takes a transaction id and commits with synchronous_commit on, so
-its commit waits for the WAL flush exactly as an app commit does, and reads in the same
-statement the app's active sessions, app sessions blocked by batch_pipeline's, and the
-replicas' replay lag.
+one small transaction, timed whole as an app's is (its statements wait for a core as the app's
+do, and its commit, with synchronous_commit on and a transaction id taken, waits for the WAL
+flush as an app commit does), whose statement reads the app's active sessions, app sessions
+blocked by batch_pipeline's, and the replicas' replay lag.
 
 Its cost: one commit record of WAL and one scan of pg_stat_activity (a few hundred rows at
 most) per reading; the throttle reads at most once per batch and every REACT_EVERY of a rest.
@@ -39,18 +39,18 @@ SYNCHRONOUS_COMMIT = text("SELECT set_config('synchronous_commit', 'on', true)")
 
 def read_load(engine: Engine) -> Signals:
     with engine.connect() as conn:
+        started = time.perf_counter()  # the transaction as an app's: statements and commit
         transaction = conn.begin()
         try:
             conn.execute(SYNCHRONOUS_COMMIT)
             _, active, blocked, lag = conn.execute(READ_LOAD, {"ours": APPLICATION_NAME}).one()
-            started = time.perf_counter()
             transaction.commit()
-            commit_seconds = time.perf_counter() - started
+            probe_seconds = time.perf_counter() - started
         except BaseException:
             transaction.rollback()
             raise
     return Signals(
-        commit_seconds=commit_seconds,
+        probe_seconds=probe_seconds,
         active_app_sessions=int(active),
         blocked_by_us=int(blocked),
         replica_lag_seconds=float(lag) if lag is not None else None,
