@@ -257,7 +257,6 @@ def throttle_for(engine: Engine, batch_size: int | None, limits: WriteLimits) ->
     return Throttle(
         reading if has_signals else None,
         Overrides(batch_size, limits.batch_pause_ratio),
-        clock=time.monotonic,
         sleep=time.sleep,
         sampler=Sampler(reading) if has_signals else None,
     )

@@ -9,9 +9,8 @@ Throttle applies `decide`, a pure function of what was read during the last batc
 batches so far, in three zones:
 
 - quiet (probe transactions as fast as the learned quiet baseline, no app session at work): no
-  rest, and
-  the batch grows toward TARGET_BATCH_SECONDS of work (pt-online-schema-change's chunk time),
-  at most x GROWTH per batch;
+  rest, and the batch grows toward TARGET_BATCH_SECONDS of work (pt-online-schema-change's
+  chunk time), at most x GROWTH per batch;
 - busy (the app at work, or its transactions SLOWDOWN_AT times slower than the baseline):
   the batch halves down to APP_BATCH_SECONDS of work, and the rest grows with the slowdown from
   BUSY_REST_RATIO to MAX_REST_RATIO times the batch's own work;
@@ -297,14 +296,13 @@ class Throttle:
         self,
         read_signals: Callable[[], Signals | None] | None,
         overrides: Overrides = Overrides(),
-        clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         sampler: Sampler | None = None,
     ):
         """`sampler`: readings taken beside the writes (the runtime's way); without one each
         decision reads once, now (a test's simulated signals)."""
         self.read_signals, self.overrides, self.sampler = read_signals, overrides, sampler
-        self.clock, self.sleep = clock, sleep
+        self.sleep = sleep
         self.state = ThrottleState(batch_size=overrides.batch_size or START_BATCH)
         self.log = ThrottleLog()
         self.rest = 0.0

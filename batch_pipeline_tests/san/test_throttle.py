@@ -129,7 +129,7 @@ class Clock:
 def test_a_rest_ends_early_when_the_database_quiets_and_stretches_when_critical():
     clock = Clock()
     readings = iter([signals(), signals(slowdown=3.0), signals(), signals()])
-    throttle = Throttle(lambda: next(readings), clock=lambda: clock.now, sleep=clock.sleep)
+    throttle = Throttle(lambda: next(readings), sleep=clock.sleep)
     assert throttle.next_batch() == START_BATCH  # learns the baseline first
     throttle.written(START_BATCH, 0.5)  # busy: a long rest decided
     assert throttle.rest > 1.0
@@ -137,7 +137,7 @@ def test_a_rest_ends_early_when_the_database_quiets_and_stretches_when_critical(
     assert clock.now <= 0.5 + 1e-9  # one nap, then a quiet reading ended the rest
     critical = iter([signals(), signals(blocked=1), signals(blocked=1)] + [signals(blocked=1)] * 20)
     clock = Clock()
-    throttle = Throttle(lambda: next(critical), clock=lambda: clock.now, sleep=clock.sleep)
+    throttle = Throttle(lambda: next(critical), sleep=clock.sleep)
     throttle.next_batch()
     throttle.written(MIN_BATCH, 0.01)
     assert throttle.next_batch() == MIN_BATCH
