@@ -54,7 +54,8 @@ class WriteConfig(Config):
         ge=0,
         le=MAX_BATCH_PAUSE_RATIO,
         description="Unset: between batches the throttle rests as SAN's database's signals say "
-        "(none when it is quiet; longer as its commits slow down). A number: rest this many "
+        "(none when no app session is at work; 25 to 60 times each batch's work while one is, "
+        "more as the app's transactions slow down). A number: rest this many "
         "times each batch's own work (lock waits excluded; 0: back to back); the throttle "
         "still slows to its smallest batches when the database is critically loaded.",
     )
