@@ -61,7 +61,7 @@ SETTINGS: tuple[Setting, ...] = (
 RUN_CONFIGS: tuple[tuple[str, str, type[BaseModel]], ...] = (
     ("recovery_job", "ops.run_recovery.config", RecoveryConfig),
     ("fast_heal_job", "ops.fast_heal.config", FastHealConfig),
-    ("til_auto_generation_job", "ops.check_san_database.config", TilConfig),
+    ("til_auto_generation_job", "ops.run_til_auto_generation.config", TilConfig),
     ("explain_job", "ops.explain_target.config", ExplainConfig),
     ("redrive_job", "ops.redrive.config", RedriveConfig),
 )

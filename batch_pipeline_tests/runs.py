@@ -34,6 +34,7 @@ from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.schema import create_recommended_indexes
 from batch_pipeline.san.tables import CARD_ANALYSIS, FAILED, PROCESSING, TIL_GENERATION
+from batch_pipeline.til.assets import til_run_config
 
 SEOUL = ZoneInfo("Asia/Seoul")
 
@@ -52,6 +53,12 @@ def run_recovery(db, instance=None, config=None, dispatcher=None, url=None):
         raise_on_error=False,
     )
     return result, instance
+
+
+def shown_first(tags: dict[str, str]) -> str:
+    """The tag the Dagster UI's run list shows first: it lists a run's tags in key order (the
+    run storage keeps them sorted) and hides Dagster's own (dagster/, .dagster/) by default."""
+    return sorted(key for key in tags if not key.startswith(("dagster/", ".dagster/")))[0]
 
 
 def latest_metadata(instance, area):
@@ -101,7 +108,7 @@ def run_til(
         .execute_in_process(
             partition_key=partition_key,
             tags=tags,
-            run_config={"ops": {"check_san_database": {"config": config or {}}}},
+            run_config=til_run_config(config),
             resources={
                 "san_database": SanDatabase(url=db.url),
                 "job_dispatcher": dispatcher or JobDispatcherResource(kind="none"),

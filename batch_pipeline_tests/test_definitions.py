@@ -11,6 +11,7 @@ from dagster import DagsterInstance, DefaultScheduleStatus, Definitions, build_s
 from batch_pipeline.definitions import build_definitions, defs
 from batch_pipeline.recovery.ghost_jobs import STALE_PENDING_AFTER, STALE_PROCESSING_AFTER
 from batch_pipeline.recovery.plan import minutes
+from batch_pipeline.san.database import san_kinds
 from batch_pipeline.san.timezone import TimezoneConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,6 +65,28 @@ def test_definitions_expose_the_job_assets_and_resources():
     expected = f"PENDING > {pending} min / PROCESSING > {processing} min"
     assert expected in specs["ghost_job_recovery"].description
     assert "extension of the design" in specs["til_generation_recovery"].description
+
+
+def test_each_asset_shows_its_database_and_each_schedule_shows_under_its_assets():
+    """The catalog's kind icon, and the asset page's *Automation*: a schedule is listed under the
+    assets its job materializes (an external asset's page said "No automations found")."""
+    specs = list(defs.resolve_all_asset_specs())
+    assert {spec.key.to_user_string() for spec in specs if spec.kinds != san_kinds()} == set()
+    assert san_kinds() == {"sqlite"}  # the tests' embedded default; PostgreSQL's below
+    repository = defs.get_repository_def()
+    materialized_by_a_schedule = {
+        key.to_user_string()
+        for schedule in repository.schedule_defs
+        for key in defs.resolve_job_def(schedule.job_name).asset_layer.selected_asset_keys
+    }
+    assert {"til_auto_generation", "ghost_job_recovery"} <= materialized_by_a_schedule
+
+
+def test_on_postgresql_the_assets_show_postgres(monkeypatch):
+    monkeypatch.setenv("SAN_DATABASE_URL", "postgresql+psycopg://batch@db.internal/san")
+    assert san_kinds() == {"postgres"}
+    til = build_definitions().resolve_assets_def("til_auto_generation")
+    assert til.specs_by_key[til.key].kinds == {"postgres"}
 
 
 def test_recovery_schedule_runs_every_two_hours_in_seoul_by_default(monkeypatch):

@@ -51,3 +51,15 @@ def test_every_numeric_run_config_field_has_a_lower_and_an_upper_bound():
         )
     ]
     assert unbounded == []
+
+
+def test_each_job_takes_its_run_config_where_the_docs_say():
+    """The paths docs/configuration.md gives (`ops.run_recovery.config`, ...) are the jobs' own."""
+    from batch_pipeline.definitions import defs
+    from batch_pipeline.settings import RUN_CONFIGS
+
+    for job, path, config in RUN_CONFIGS:
+        config_type = defs.resolve_job_def(job).run_config_schema.config_type
+        for key in path.split("."):
+            config_type = config_type.fields[key].config_type
+        assert set(config_type.fields) == set(config.model_fields), job

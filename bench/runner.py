@@ -36,6 +36,7 @@ from batch_pipeline.san.dialects.postgresql.catalog import SEQSCAN_OFF_IF_INDEXE
 from batch_pipeline.san.dispatch import PG_NOTIFY_CHANNEL
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.schema import create_recommended_indexes
+from batch_pipeline.til.assets import til_run_config
 from batch_pipeline.til.auto_generation import day_bounds, users_of_day_query
 from bench import baseline
 from bench.probe import probe_figures
@@ -182,9 +183,7 @@ def run_pipeline(job_name: str, url: str, config: dict, partition_key: str | Non
     instance = DagsterInstance.ephemeral()
     started = time.perf_counter()
     job_config = (
-        recovery_run_config(config)
-        if job_name == "recovery_job"
-        else {"ops": {"check_san_database": {"config": config}}}
+        recovery_run_config(config) if job_name == "recovery_job" else til_run_config(config)
     )
     result = defs.resolve_job_def(job_name).execute_in_process(
         run_config={**job_config, "loggers": {"console": {"config": {"log_level": "WARNING"}}}},

@@ -26,7 +26,7 @@ from batch_pipeline.fast_lane.retries import (
 from batch_pipeline.recovery.ops import audited_across_attempts
 from batch_pipeline.recovery.registry import TARGET_RECOVERIES
 from batch_pipeline.recovery.target_writes import recover_targets
-from batch_pipeline.san.database import database_now, read_transaction
+from batch_pipeline.san.database import database_now, read_transaction, san_kinds
 from batch_pipeline.san.durations import in_words
 from batch_pipeline.san.ops import (
     as_metadata,
@@ -43,6 +43,7 @@ GROUP = "san_fast_lane"
 reannouncements = AssetSpec(
     REANNOUNCEMENTS_ASSET,
     group_name=GROUP,
+    kinds=san_kinds(),
     description="PENDING jobs no worker claimed, announced again by fast_heal_sensor (same job id, "
     "row unchanged) when their age crosses a step of "
     + ", ".join(in_words(step) for step in GRID)
@@ -58,6 +59,7 @@ reannouncements = AssetSpec(
     outs={
         RETRIES_ASSET: AssetOut(
             is_required=False,
+            kinds=san_kinds(),
             description="Targets whose latest attempt failed (after a jittered backoff that "
             f"doubles up to {in_words(RETRY_BACKOFF_CEILING)}, at most "
             f"{in_words(HEALTHY_RETRY_CEILING)} once the AI service works again) or that never "

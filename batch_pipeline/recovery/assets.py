@@ -14,6 +14,7 @@ from batch_pipeline.recovery import checks
 from batch_pipeline.recovery.config import RecoveryConfig
 from batch_pipeline.recovery.ops import RECOVERY_OPS, check_recovery_health, check_san_database
 from batch_pipeline.recovery.registry import RECOVERIES
+from batch_pipeline.san.database import san_kinds
 
 GROUP = "san_recovery"
 GRAPH = "run_recovery"
@@ -35,6 +36,7 @@ def step_key(op_name: str) -> str:
     outs={
         recovery.name: AssetOut(
             key=recovery.area,
+            kinds=san_kinds(),
             description=recovery.asset_description,
             dagster_type=Nothing,
             is_required=False,

@@ -53,7 +53,7 @@ from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 
 
 def tag_the_run_as_healing(context: OpExecutionContext, settings: RecoveryConfig) -> None:
-    """The `healed` tag from the run's start: the run list says "(in progress)" while it runs,
+    """The `Healed` tag from the run's start: the run list says "(in progress)" while it runs,
     or that a dry run writes nothing; each area then sets its count."""
     summary = DRY_RUN if settings.policy.dry_run else HEALING
     context.instance.add_run_tags(context.run_id, {HEALED_TAG: summary})
@@ -102,7 +102,7 @@ def paced(throttle: dict) -> str:
 
 
 def tag_what_the_run_healed(context: AssetExecutionContext, recovery, healed: int) -> None:
-    """The run's `healed` tag, which the run list shows, with this area's count set."""
+    """The run's `Healed` tag, which the run list shows, with this area's count set."""
     run = context.instance.get_run_by_id(context.run_id)  # read again: earlier areas' counts
     summary = run_summary(
         run.tags.get(HEALED_TAG) if run else None,

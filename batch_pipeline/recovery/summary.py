@@ -1,5 +1,5 @@
 """What a recovery run healed, told first: the sentence and the table a materialization opens
-with, and the run's `healed` tag, which the run list shows ("19 ghost jobs, 8 orphan scraps").
+with, and the run's `Healed` tag, which the run list shows ("19 ghost jobs, 8 orphan scraps").
 
 The UI lists metadata in the order given: the sentence, then the healed ids as a table, then the
 counts (the Plots tab follows that order too: what was healed first, the rarely non-zero
@@ -16,8 +16,9 @@ from batch_pipeline.recovery.plan import Recovery, RecoveryReport
 from batch_pipeline.recovery.targets import TargetRecovery
 from batch_pipeline.san.durations import in_words
 
-# The run tag that sums up a recovery run in the run list.
-HEALED_TAG = "healed"
+# The run tag that sums up a recovery run in the run list. Capitalised: the UI lists a run's
+# tags in key order, and "H" sorts before every lower-case key (batch_pipeline/wrote.*).
+HEALED_TAG = "Healed"
 NOTHING_HEALED = "nothing"
 HEALING = "(in progress)"  # until the first area has healed
 DRY_RUN = "nothing (dry run)"
@@ -147,7 +148,7 @@ def audit_metadata(recovery: Recovery, report: RecoveryReport) -> dict:
 
 
 def run_summary(earlier: str | None, recovery_nouns: list[str], noun: str, healed: int) -> str:
-    """The `healed` tag's new value: `earlier` (this run's tag so far) with `noun`'s count set,
+    """The `Healed` tag's new value: `earlier` (this run's tag so far) with `noun`'s count set,
     areas in the registry's order, only those that healed something."""
     counts: dict[str, int] = {}
     for count, found in re.findall(r"(?:^|, )(\d+) ([^,]+)", earlier or ""):

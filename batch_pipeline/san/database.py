@@ -59,6 +59,13 @@ def default_data_dir() -> Path:
     return Path(SAN_DATA_DIR.raw() or Path.cwd() / "data")
 
 
+def san_kinds() -> set[str]:
+    """The kind the catalog shows each SAN asset with (Dagster's `kinds`, an icon): the
+    database its rows live in, `postgres` or, on the embedded default, `sqlite`."""
+    url = SAN_DATABASE_URL.raw() or "sqlite:"
+    return {"sqlite" if url.startswith("sqlite") else "postgres"}
+
+
 def embedded_database_url() -> str:
     return f"sqlite:///{default_data_dir() / 'san.sqlite'}"
 

@@ -3,8 +3,7 @@ database before any write; the retry policy for transient database faults; metad
 
 The first op's output is the validated config, passed to the job's other ops as their
 `settings` input, so the Launchpad takes every setting in one place: the job's config mapping
-(recovery_job: `ops.run_recovery.config`) or the op itself (the TIL job:
-`ops.check_san_database.config`).
+(recovery_job: `ops.run_recovery.config`, the TIL job: `ops.run_til_auto_generation.config`).
 """
 
 import functools

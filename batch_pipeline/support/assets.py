@@ -14,7 +14,7 @@ from dagster import (
 
 from batch_pipeline.recovery.config import RecoveryConfig
 from batch_pipeline.recovery.plan import COMMITTED_BY_FAILED_ATTEMPT, partial_report
-from batch_pipeline.san.database import database_now, read_transaction
+from batch_pipeline.san.database import database_now, read_transaction, san_kinds
 from batch_pipeline.san.ops import (
     as_metadata,
     retried_only_if_transient,
@@ -75,6 +75,7 @@ def committed_work_recorded(context: AssetExecutionContext):
 @asset(
     name=REDRIVE_ASSET,
     group_name="san_support",
+    kinds=san_kinds(),
     output_required=False,
     description="Another chance for exhausted targets: one new job beyond max_attempts each, "
     "through the enqueue path's guards. Metadata: the filter, every target -> new job id, who "

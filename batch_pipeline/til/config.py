@@ -4,4 +4,4 @@ from batch_pipeline.san.config import WriteConfig
 
 
 class TilConfig(WriteConfig):
-    """Settings for one TIL partition run (set in the Launchpad under ops.check_san_database)."""
+    """Settings for one TIL partition run (the Launchpad: ops.run_til_auto_generation.config)."""

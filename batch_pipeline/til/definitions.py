@@ -15,11 +15,12 @@ from batch_pipeline.til.sensors import til_checks_after_run
 @definitions
 def defs() -> Definitions:
     days = til_partitions(san_timezone_name())
-    til_job = build_til_job(days)
+    til_auto_generation = til_asset(days)
+    til_job = build_til_job(til_auto_generation, days)
     til_coverage = til_coverage_check(days)
     til_checks_job = build_til_checks_job(til_coverage)
     return Definitions(
-        assets=[til_asset(days)],
+        assets=[til_auto_generation],
         asset_checks=[til_coverage],
         jobs=[til_job, til_checks_job],
         schedules=[til_schedule(til_job)],

@@ -1,32 +1,30 @@
-"""til_auto_generation_job: runTilAutoGeneration() for one day partition."""
+"""til_auto_generation_job: runTilAutoGeneration() for one day partition, the job of the
+`til_auto_generation` asset."""
 
 from dagster import (
     AssetChecksDefinition,
+    AssetsDefinition,
     AssetSelection,
     DailyPartitionsDefinition,
-    JobDefinition,
     define_asset_job,
-    job,
+    in_process_executor,
 )
-
-from batch_pipeline.til.ops import check_san_database_for_til, create_daily_tils, detect_til_users
 
 TIL_JOB_NAME = "til_auto_generation_job"
 
 
-def build_til_job(partitions: DailyPartitionsDefinition) -> JobDefinition:
-    @job(
-        name=TIL_JOB_NAME,
+def build_til_job(til_asset: AssetsDefinition, partitions: DailyPartitionsDefinition):
+    return define_asset_job(
+        TIL_JOB_NAME,
+        # til_coverage runs apart, after the run (til/sensors.py)
+        selection=AssetSelection.assets(til_asset).without_checks(),
         partitions_def=partitions,
         tags={"dagster/max_runtime": "7200"},  # run monitoring cancels a run stuck longer
+        # Its three steps run one after the other: one process, as recovery_job.
+        executor_def=in_process_executor,
         description="For every user active on day D: a new DailySummary and an enqueued "
         "TIL_GENERATION job.",
     )
-    def til_auto_generation_job():
-        settings = check_san_database_for_til.alias("check_san_database")()
-        create_daily_tils(settings, detect_til_users(settings))
-
-    return til_auto_generation_job
 
 
 def build_til_checks_job(til_coverage: AssetChecksDefinition):

@@ -3,13 +3,15 @@
 from datetime import date, datetime
 
 from dagster import (
-    AssetMaterialization,
+    AssetExecutionContext,
     AssetObservation,
     DagsterRun,
     Failure,
     In,
+    Nothing,
     OpExecutionContext,
     Out,
+    Output,
     op,
 )
 
@@ -71,8 +73,9 @@ def day_window(context: OpExecutionContext) -> tuple[datetime, datetime]:
     )
 
 
-# The run tag that sums up a TIL run in the run list: "120 TILs for 2026-12-04".
-CREATED_TAG = "created"
+# The run tag that sums up a TIL run in the run list: "120 TILs for 2026-12-04". Capitalised so
+# it comes first: the UI lists a run's tags in key order.
+CREATED_TAG = "Created"
 
 # The tag of a TIL run (its root run, for a re-execution) that holds the instant its summaries
 # carry as created_at.
@@ -117,29 +120,32 @@ def detect_til_users(context: OpExecutionContext, settings: TilConfig, san_datab
 
 @op(
     ins={"users": In(UsersOfDayType)},
+    # optional: a dry run materializes nothing
+    out=Out(Nothing, is_required=False, description="The til_auto_generation audit trail."),
     description="A new DailySummary and a TIL_GENERATION job for every active user of D, in "
     "bounded batches.",
 )
 @retried_on_error
 def create_daily_tils(
-    context: OpExecutionContext,
+    context: AssetExecutionContext,
     settings: TilConfig,
     users,
     san_database: SanDatabase,
     job_dispatcher: JobDispatcherResource,
 ) -> None:
     engine = san_database.get_engine()
-    day = partition_day(context)
+    op_context = context.op_execution_context
+    day = partition_day(op_context)
     with retried_only_if_transient(), paused_gc():
         created_at, earlier_attempt_possible = summaries_created_at(
-            context, engine, settings.dry_run
+            op_context, engine, settings.dry_run
         )
         report = auto_generation.create_daily_tils(
             engine,
             job_dispatcher.for_database(engine),
             users,
             day=day,
-            bounds=day_window(context),
+            bounds=day_window(op_context),
             summaries_created_at=created_at,
             now=database_now(engine),
             batch_size=settings.batch_size,
@@ -149,15 +155,7 @@ def create_daily_tils(
             # what an operator must see before (dry run) and in a backfill: who gets a second TIL
             count_earlier_tils=settings.dry_run or BACKFILL_TAG in context.run.tags,
         )
-    # A dry run is observed, not materialized: the plots count real runs only.
-    event = AssetObservation if report.dry_run else AssetMaterialization
-    context.log_event(
-        event(
-            asset_key=auto_generation.AREA,
-            partition=context.partition_key,
-            metadata=as_metadata(report.metadata()),
-        )
-    )
+    metadata = as_metadata(report.metadata())
     context.log.info(
         f"TIL {day}: {report.active_users} active users, {report.summaries_created} summaries and "
         f"{report.jobs_created} jobs created, {report.already_done_in_run} already done by this "
@@ -171,9 +169,17 @@ def create_daily_tils(
         )
         + (" (dry run: nothing written)" if report.dry_run else "")
     )
-    warn_about_unannounced_jobs(context, auto_generation.AREA, report.announce_failures)
-    if not report.dry_run:  # the run list shows it
-        created = report.summaries_created
-        context.instance.add_run_tags(
-            context.run_id, {CREATED_TAG: f"{created} TIL{'' if created == 1 else 's'} for {day}"}
+    warn_about_unannounced_jobs(op_context, auto_generation.AREA, report.announce_failures)
+    if report.dry_run:  # observed, not materialized: the plots count real runs only
+        context.log_event(
+            AssetObservation(
+                asset_key=auto_generation.AREA, partition=context.partition_key, metadata=metadata
+            )
         )
+        return
+    context.add_asset_metadata(metadata)
+    created = report.summaries_created  # the run list shows it
+    context.instance.add_run_tags(
+        context.run_id, {CREATED_TAG: f"{created} TIL{'' if created == 1 else 's'} for {day}"}
+    )
+    yield Output(None)

@@ -17,7 +17,7 @@ from batch_pipeline.recovery.summary import (
     run_summary,
 )
 from batch_pipeline.san.tables import CARD_ANALYSIS, PENDING, PROCESSING
-from batch_pipeline_tests.runs import run_recovery
+from batch_pipeline_tests.runs import run_recovery, shown_first
 
 NOUNS = [recovery.noun for recovery in RECOVERIES]
 
@@ -65,6 +65,8 @@ def test_a_recovery_run_s_materialization_opens_with_what_it_healed_and_the_run_
 
     run = instance.get_run_by_id(result.run_id)
     assert run.tags[HEALED_TAG] == "2 ghost jobs, 3 orphan scraps"
+    # the first tag the run list shows (in key order; dagster/ tags are hidden by default)
+    assert shown_first(run.tags) == HEALED_TAG
 
 
 def test_a_run_that_healed_nothing_says_nothing(san_db):

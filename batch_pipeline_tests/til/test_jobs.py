@@ -12,10 +12,11 @@ from batch_pipeline.definitions import build_definitions, defs
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.tables import TIL_GENERATION
+from batch_pipeline.til.assets import til_run_config
 from batch_pipeline.til.ops import CREATED_TAG
 from batch_pipeline.til.partitions import PARTITION_SET_TAG, PARTITION_TAG
 from batch_pipeline_tests.conftest import job_notifications
-from batch_pipeline_tests.runs import at, run_til
+from batch_pipeline_tests.runs import at, run_til, shown_first
 
 SEOUL = ZoneInfo("Asia/Seoul")
 NEW_YORK = ZoneInfo("America/New_York")
@@ -72,6 +73,7 @@ def test_a_run_launched_with_its_partition_alone_is_counted_under_the_job_s_part
     assert tags[PARTITION_SET_TAG] == "til_auto_generation_job_partition_set"
     # and the run list tells what it did
     assert tags[CREATED_TAG] == "1 TIL for 2026-11-28"
+    assert shown_first(tags) == CREATED_TAG
 
 
 def test_pg_notify_announces_every_til_job_once(pg_db):
@@ -230,7 +232,7 @@ def test_a_run_re_executed_after_a_failure_does_not_duplicate_anyone(san_db):
     # What Dagster's "re-execute from failure" gives the new run: the root run's id as a tag.
     result = defs.resolve_job_def("til_auto_generation_job").execute_in_process(
         partition_key="2026-11-28",
-        run_config={"ops": {"check_san_database": {"config": {"batch_size": 2}}}},
+        run_config=til_run_config({"batch_size": 2}),
         resources={
             "san_database": SanDatabase(url=san_db.url),
             "job_dispatcher": JobDispatcherResource(kind="none"),
@@ -316,7 +318,7 @@ def test_a_config_value_out_of_range_fails_the_first_op_naming_the_field(san_db,
     result, _ = run_til(san_db, "2026-11-28", config={field: value})
     assert not result.success
     [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
-    assert failure.step_key == "check_san_database" and field in str(
+    assert failure.step_key == "run_til_auto_generation.check_san_database" and field in str(
         failure.step_failure_data.error
     )
     assert san_db.summaries() == [] and san_db.jobs() == []

@@ -180,16 +180,25 @@ def launch_recovery_run(base, home, page, done_before: int) -> None:
     )
 
 
+def reading_order(locator) -> tuple[float, float]:
+    """Where a chip is on the screen, as a reader meets it: line (to the pixel), then column."""
+    box = locator.bounding_box()
+    return (round(box["y"]), box["x"])
+
+
 def test_3_launching_recovery_job_from_the_ui(dagster_dev, page):
     base, home, _ = dagster_dev
     launch_recovery_run(base, home, page, 0)
     page.goto(f"{base}/runs")
     expect(page.get_by_text("recovery_job").first).to_be_visible()
     expect(page.get_by_text("Success").first).to_be_visible()
-    # the run list tells what the run healed, in its `healed` tag
+    # the run list tells what the run healed, in its `Healed` tag, the row's first chip
     [run] = runs_of(home, "recovery_job")
-    healed = run.tags[HEALED_TAG]
-    expect(page.get_by_text(f"{HEALED_TAG}: {healed}").first).to_be_visible()
+    healed_chip = page.get_by_text(f"{HEALED_TAG}: {run.tags[HEALED_TAG]}").first
+    expect(healed_chip).to_be_visible()
+    wrote_chip = page.get_by_text("batch_pipeline/wrote.").first
+    expect(wrote_chip).to_be_visible()
+    assert reading_order(healed_chip) < reading_order(wrote_chip)
     shot(page, "3_runs")
 
 
