@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo
 
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
+from batch_pipeline.alerts.slack import UI_ADDRESS_FILE
 from batch_pipeline.monitoring.exporter import DEFAULT_PORT as DEFAULT_METRICS_PORT
 from batch_pipeline.san.database import create_san_engine, default_data_dir, embedded_database_url
 from batch_pipeline.san.timezone import san_timezone_name
@@ -196,8 +197,11 @@ def _port(dagster_args: list[str]) -> int:
 
 def with_links_to(env: dict, port: int) -> dict:
     """The UI's address for the links of alerts and `explain` (SAN_DAGSTER_BASE_URL), from the
-    port `make run` serves on, unless it is set."""
+    port `make run` serves on, unless it is set; recorded in DAGSTER_HOME too, for an `explain`
+    started from another shell."""
     env.setdefault("SAN_DAGSTER_BASE_URL", f"http://127.0.0.1:{port}")
+    if env.get("DAGSTER_HOME"):
+        Path(env["DAGSTER_HOME"], UI_ADDRESS_FILE).write_text(env["SAN_DAGSTER_BASE_URL"] + "\n")
     return env
 
 

@@ -2,7 +2,9 @@
 
 import json
 import logging
+import os
 import urllib.request
+from pathlib import Path
 
 from batch_pipeline.san.settings import Setting
 
@@ -20,8 +22,25 @@ SAN_DAGSTER_BASE_URL = Setting(
 )
 
 
+# `make run` records the address it serves the UI on in its DAGSTER_HOME, so that `explain`
+# started from another shell links to that port.
+UI_ADDRESS_FILE = "ui_address"
+
+
+def recorded_ui_address() -> str | None:
+    """The address `make run` recorded in DAGSTER_HOME, if any."""
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        return None
+    try:
+        return (Path(home) / UI_ADDRESS_FILE).read_text().strip() or None
+    except OSError:
+        return None
+
+
 def base_url() -> str:
-    return (SAN_DAGSTER_BASE_URL.raw() or DEFAULT_BASE_URL).rstrip("/")
+    """The UI's address: SAN_DAGSTER_BASE_URL, else the one `make run` recorded, else :3000."""
+    return (SAN_DAGSTER_BASE_URL.raw() or recorded_ui_address() or DEFAULT_BASE_URL).rstrip("/")
 
 
 def run_link(run_id: str) -> str:

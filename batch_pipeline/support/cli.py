@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import sys
+from pathlib import Path
 
 from dagster import DagsterInstance, Definitions
 from pydantic import ValidationError
@@ -20,6 +21,7 @@ from batch_pipeline.san.database import (
     SanConnectionError,
     check_connection,
     create_san_engine,
+    embedded_database_url,
     read_transaction,
 )
 from batch_pipeline.san.errors import root_line
@@ -35,6 +37,14 @@ from batch_pipeline.support.touches import BY_AREA, REDRIVE_ASSET
 
 BAD_INPUT = 2
 NO_INSTANCE = 3
+# Where `make run` keeps its instance (the Makefile's RUN_HOME): explain and redrive started from
+# the checkout read its runs without DAGSTER_HOME.
+CHECKOUT_DAGSTER_HOME = Path(__file__).resolve().parents[2] / ".dagster_home"
+# Said under a story of the embedded default, whose times `make run`'s sandbox moves.
+SANDBOX_CLOCK = (
+    "note: this is the embedded default, `make run`'s sandbox: while it lives its rows age by "
+    "hours of SAN time per real minute, so the times above move between two calls"
+)
 
 
 def error(message: str) -> None:
@@ -42,10 +52,17 @@ def error(message: str) -> None:
 
 
 def open_instance() -> tuple[DagsterInstance | None, str | None]:
-    """The instance at DAGSTER_HOME (the one the UI and the daemon use), or why there is none."""
+    """The instance at DAGSTER_HOME (the one the UI and the daemon use), else `make run`'s in
+    this checkout, or why there is none."""
     home = os.environ.get("DAGSTER_HOME")
+    if not home and (CHECKOUT_DAGSTER_HOME / "dagster.yaml").exists():
+        home = os.environ["DAGSTER_HOME"] = str(CHECKOUT_DAGSTER_HOME)
+        print(f"reading the runs of `make run`'s instance at {home}", file=sys.stderr)
     if not home:
-        return None, "DAGSTER_HOME is not set (point it at the instance the UI uses)"
+        return None, (
+            "DAGSTER_HOME is not set and `make run` has no instance in this checkout (point "
+            "DAGSTER_HOME at the instance the UI uses)"
+        )
     try:
         return DagsterInstance.get(), None
     except Exception as failure:  # a missing directory, a bad dagster.yaml, storage down
@@ -70,6 +87,8 @@ def explain_command(database_url: str, kind: str, target_id: int, as_machine: bo
         error(str(failure))
         return BAD_INPUT
     print(as_json(explanation) if as_machine else as_text(explanation))
+    if not as_machine and database_url == embedded_database_url():
+        print(SANDBOX_CLOCK)
     if explanation.dagster_problem:
         error(f"{explanation.dagster_problem}; the story above is from SAN's database only")
         return NO_INSTANCE

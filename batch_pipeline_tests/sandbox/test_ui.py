@@ -30,6 +30,7 @@ from dagster._core.remote_origin import (
 from dagster_graphql import DagsterGraphQLClient
 from sqlalchemy import func, select
 
+from batch_pipeline.alerts.slack import base_url
 from batch_pipeline.san.database import create_san_engine, utc_now
 from batch_pipeline.san.tables import COMPLETED, PENDING, jobs, scraps
 from batch_pipeline_tests.processes import (
@@ -461,7 +462,12 @@ def test_the_sandbox_and_dagster_dev_are_stopped_at_the_same_time_not_one_after_
     assert sorted(done) == ["dagster dev", "sandbox"]
 
 
-def test_the_links_of_make_run_on_another_port_point_at_that_port():
+def test_the_links_of_make_run_on_another_port_point_at_that_port(tmp_path, monkeypatch):
     assert with_links_to({}, 3300)["SAN_DAGSTER_BASE_URL"] == "http://127.0.0.1:3300"
     mine = {"SAN_DAGSTER_BASE_URL": "https://dagster.san.example"}
     assert with_links_to(mine, 3300)["SAN_DAGSTER_BASE_URL"] == "https://dagster.san.example"
+    # recorded in its instance, for an `explain` started from another shell
+    with_links_to({"DAGSTER_HOME": str(tmp_path)}, 3300)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    monkeypatch.delenv("SAN_DAGSTER_BASE_URL", raising=False)
+    assert base_url() == "http://127.0.0.1:3300"

@@ -9,10 +9,12 @@ from dagster import AssetKey, DagsterInstance, RunsFilter
 from sqlalchemy import create_engine, text
 
 from batch_pipeline.__main__ import main
+from batch_pipeline.alerts.slack import UI_ADDRESS_FILE
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
 from batch_pipeline.san.tables import MAX_ID, PENDING
+from batch_pipeline.support import cli
 from batch_pipeline.support.touches import REDRIVE_ASSET
-from batch_pipeline_tests.conftest import pg_admin_url
+from batch_pipeline_tests.conftest import pg_admin_url, san_database
 from batch_pipeline_tests.processes import ROOT
 from batch_pipeline_tests.runs import run_recovery
 from batch_pipeline_tests.support.conftest import exhausted_scrap
@@ -25,6 +27,13 @@ def dagster_home(tmp_path, monkeypatch):
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     return home
+
+
+@pytest.fixture
+def no_dagster_home(tmp_path, monkeypatch):
+    """Neither DAGSTER_HOME nor an instance of `make run` in the checkout."""
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.setattr(cli, "CHECKOUT_DAGSTER_HOME", tmp_path / "no_make_run_here")
 
 
 def one_error_line_of(err: str) -> str:
@@ -51,17 +60,51 @@ def test_explain_prints_the_story_with_the_runs_of_the_instance(san_db, dagster_
 
 
 def test_without_dagster_home_the_story_is_printed_and_the_exit_says_what_is_missing(
-    san_db, monkeypatch, capsys
+    san_db, no_dagster_home, capsys
 ):
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)
     poison, _ = exhausted_scrap(san_db)
     assert main(["explain", "scrap", str(poison), "--database-url", san_db.url]) == 3
     captured = capsys.readouterr()
     assert "exhausted: 10 of max_attempts 10" in captured.out
     assert captured.err.strip() == (
-        "error: DAGSTER_HOME is not set (point it at the instance the UI uses); the story above is "
-        "from SAN's database only"
+        "error: DAGSTER_HOME is not set and `make run` has no instance in this checkout (point "
+        "DAGSTER_HOME at the instance the UI uses); the story above is from SAN's database only"
     )
+
+
+def test_explain_from_the_checkout_reads_the_runs_of_make_run_and_links_to_its_port(
+    san_db, tmp_path, monkeypatch, capsys
+):
+    """As the README has it: no DAGSTER_HOME in the shell, `make run PORT=3177` elsewhere."""
+    home = tmp_path / ".dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    (home / UI_ADDRESS_FILE).write_text("http://127.0.0.1:3177\n")  # what `make run` records
+    monkeypatch.setattr(cli, "CHECKOUT_DAGSTER_HOME", home)
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    poison, _ = exhausted_scrap(san_db)
+    with DagsterInstance.get() as instance:
+        recovery, _ = run_recovery(san_db, instance)
+    monkeypatch.delenv("DAGSTER_HOME")
+    monkeypatch.delenv("SAN_DAGSTER_BASE_URL", raising=False)
+    capsys.readouterr()
+    assert main(["explain", "scrap", str(poison), "--database-url", san_db.url]) == 0
+    captured = capsys.readouterr()
+    assert f"http://127.0.0.1:3177/runs/{recovery.run_id}" in captured.out
+    assert captured.err.strip() == f"reading the runs of `make run`'s instance at {home}"
+
+
+def test_a_story_of_the_embedded_default_says_its_times_move(
+    tmp_path, dagster_home, monkeypatch, capsys
+):
+    with san_database("sqlite", tmp_path) as embedded:
+        monkeypatch.setattr(cli, "embedded_database_url", lambda: embedded.url)
+        poison, _ = exhausted_scrap(embedded)
+        assert main(["explain", "scrap", str(poison), "--database-url", embedded.url]) == 0
+        assert capsys.readouterr().out.rstrip().endswith(cli.SANDBOX_CLOCK)
+        # and not under a story of another database
+        assert main(["explain", "scrap", str(poison), "--database-url", f"{embedded.url}?"]) == 0
+        assert cli.SANDBOX_CLOCK not in capsys.readouterr().out
 
 
 def test_an_instance_whose_database_is_gone_is_named_and_the_story_still_printed(
@@ -177,8 +220,7 @@ def test_a_bad_filter_is_one_line_naming_it(san_db, dagster_home, capsys):
     assert one_error_line(capsys).startswith("error: limit: ")
 
 
-def test_applying_without_an_instance_writes_nothing(san_db, monkeypatch, capsys):
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+def test_applying_without_an_instance_writes_nothing(san_db, no_dagster_home, capsys):
     exhausted_scrap(san_db)
     argv = ["redrive", "--area", ORPHAN_SCRAPS.area, "--apply", "--database-url", san_db.url]
     assert main(argv) == 3
