@@ -17,6 +17,7 @@ from batch_pipeline.__main__ import main
 from batch_pipeline.definitions import defs
 from batch_pipeline.settings import SETTINGS
 from batch_pipeline_tests.known_names import DAGSTER_VARIABLES
+from batch_pipeline_tests.ui.paths import SIDEBAR, documented_paths
 from san_sandbox.faults import Faults
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +27,18 @@ PAGES = sorted(
 )
 KOREAN = [ROOT / "README.ko.md", *sorted((ROOT / "docs" / "ko").glob("*.md"))]
 # The pages SAN's team acts on, in Korean (README.ko.md links each).
-KOREAN_PAGES = ("operating.md", "production.md", "worker-contract.md", "til.md")
+KOREAN_PAGES = (
+    "operating.md",
+    "production.md",
+    "worker-contract.md",
+    "til.md",
+    "running.md",
+    "sandbox.md",
+    "glossary.md",
+)
+# English terms the glossary (docs/ko/glossary.md) gives a Korean word for: outside code and
+# a parenthesis after that word, a Korean page never leaves them in English.
+GLOSSARY_TERMS = {"dry run": "시험 실행", "claim": "선점"}
 # The design's own Korean terms, and the ones an earlier translation used instead.
 DESIGN_TERMS = ("유령 잡", "고아 스크랩", "지식카드", "파편", "복구 스케줄러")
 NOT_THE_DESIGN_S = ("고스트", "카드 없는 스크랩", "조각", "지식 카드")
@@ -122,6 +134,41 @@ def test_the_korean_pages_speak_the_design_s_terms():
     for page in KOREAN:
         text = page.read_text()
         assert [term for term in NOT_THE_DESIGN_S if term in text] == [], page
+
+
+def prose(text: str) -> str:
+    """A page without its code: fenced blocks, inline code and parentheses."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    return re.sub(r"`[^`\n]*`|\([^()\n]*\)", "", text)
+
+
+def test_the_korean_pages_use_the_glossary_s_words():
+    glossary = (ROOT / "docs" / "ko" / "glossary.md").read_text()
+    for english, korean in GLOSSARY_TERMS.items():
+        assert f"| {english} | {korean} |" in glossary
+        left = [
+            p.name for p in KOREAN if p.name != "glossary.md" and english in prose(p.read_text())
+        ]
+        assert left == [], (english, left)
+
+
+def test_every_ui_path_the_docs_give_names_what_the_code_location_has():
+    """The step after Jobs is a job, after Catalog an asset or a group; the browser test
+    (ui/test_dagster_ui.py) follows every path to its end."""
+    repository = defs.get_repository_def()
+    jobs = {job.name for job in repository.get_all_jobs()}
+    specs = list(defs.resolve_all_asset_specs())
+    assets = {spec.key.to_user_string() for spec in specs}
+    groups = {f"group {spec.group_name}" for spec in specs}
+    wrong = [
+        (steps, where)
+        for steps, where in documented_paths().items()
+        if steps[0] in SIDEBAR
+        and steps[1:2]
+        and steps[1] not in {"Jobs": jobs, "Catalog": assets | groups}.get(steps[0], {steps[1]})
+    ]
+    assert wrong == []
+    assert len(documented_paths()) >= 10  # the parser still finds them
 
 
 def display_columns(line: str) -> dict[int, str]:

@@ -7,6 +7,16 @@ from batch_pipeline.san.indexes import RECOMMENDED_INDEXES
 from batch_pipeline_tests.conftest import ODD_SESSION_DEFAULTS, with_session_defaults
 
 
+def our_indexes(db) -> int:
+    with db.engine.connect() as conn:
+        return conn.execute(
+            text(
+                "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname "
+                "LIKE 'ix_san_%'"
+            )
+        ).scalar_one()
+
+
 def test_create_indexes_says_what_it_created_and_then_that_everything_is_there(san_db, capsys):
     assert main(["create-indexes", "--database-url", san_db.url]) == 0
     first = capsys.readouterr().out
@@ -24,16 +34,21 @@ def test_create_indexes_on_a_table_without_a_column_is_one_line_naming_it_and_cr
     assert main(["create-indexes", "--database-url", pg_db.url]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "jobs.updated_at" in err and "no index was created" in err
-    with pg_db.engine.connect() as conn:
-        assert (
-            conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND "
-                    "indexname LIKE 'ix_san_%'"
-                )
-            ).scalar_one()
-            == 0
-        )
+    assert our_indexes(pg_db) == 0
+
+
+def test_create_indexes_as_batch_pipelines_own_role_names_the_owner_and_builds_nothing(
+    pg_db, capsys
+):
+    """docs/production.md: the role of step 1 (grants.sql's privileges) may not build indexes;
+    step 2 runs as the tables' owner."""
+    with pg_db.role("bp_batch", "SELECT, INSERT, UPDATE") as (_role, batch_url):
+        assert main(["create-indexes", "--database-url", batch_url]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "run it as their owner" in err, err
+        assert our_indexes(pg_db) == 0
+    assert main(["create-indexes", "--database-url", pg_db.url]) == 0  # as the owner
+    assert our_indexes(pg_db) == len(RECOMMENDED_INDEXES)
 
 
 def test_create_indexes_under_a_short_role_statement_timeout_still_builds(pg_db, capsys):
@@ -51,13 +66,7 @@ def test_create_indexes_under_a_short_role_statement_timeout_still_builds(pg_db,
     )
     assert "statement_timeout" in url
     assert main(["create-indexes", "--database-url", url]) == 0, capsys.readouterr().err
-    with pg_db.engine.connect() as conn:
-        assert conn.execute(
-            text(
-                "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname "
-                "LIKE 'ix_san_%'"
-            )
-        ).scalar_one() == len(RECOMMENDED_INDEXES)
+    assert our_indexes(pg_db) == len(RECOMMENDED_INDEXES)
 
 
 def test_create_schema_refuses_a_database_that_holds_some_san_tables(pg_db, capsys):

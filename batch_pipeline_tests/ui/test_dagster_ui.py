@@ -31,6 +31,7 @@ from batch_pipeline_tests.processes import (
     sandbox_ui,
     serving,
 )
+from batch_pipeline_tests.ui.paths import LAUNCHES, SIDEBAR, documented_paths
 from san_sandbox.processes import start_group, stop_group, wait_for
 
 pytestmark = pytest.mark.system  # drives the UI in a browser
@@ -38,6 +39,8 @@ pytestmark = pytest.mark.system  # drives the UI in a browser
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "ui"
 CHROMIUM = "/usr/bin/chromium"
+# The left navigation's width at the test's 1440-pixel viewport.
+NAVIGATION_WIDTH = 240
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 
 
@@ -256,13 +259,15 @@ def test_5_a_backfill_of_two_til_days_from_the_ui(dagster_dev, page):
     days = [str(yesterday - timedelta(days=1)), str(yesterday)]
     open_from_the_sidebar(base, page, "Jobs", "til_auto_generation_job")  # the README's path
     page.get_by_role("tab", name="Partitions").click()
-    page.get_by_role("button", name="Launch backfill…").click()
+    page.get_by_role("button", name="Materialize…").click()
     dialog = page.get_by_role("dialog")
-    partitions = dialog.locator("input[placeholder^='ex: ']")
+    dialog.get_by_role("button", name="Custom").click()
+    partitions = dialog.locator("input[type='text']").first  # the partition keys, typed
     partitions.fill(", ".join(days))
     partitions.press("Enter")
+    expect(dialog.get_by_text("2 partitions", exact=True)).to_be_visible()
     shot(page, "5_backfill_dialog")
-    dialog.get_by_role("button", name="Submit 2 runs").click()
+    dialog.get_by_role("button", name="Launch backfill").click()
 
     def materialized():
         with instance_at(home) as instance:
@@ -285,9 +290,29 @@ def test_5_a_backfill_of_two_til_days_from_the_ui(dagster_dev, page):
     assert {day: statuses.get(day) for day in [*days, api_day]} == dict.fromkeys(
         [*days, api_day], "SUCCESS"
     )
+    # ... and what the job's Partitions tab shows (an asset job's: the asset's partitions)
+    assert all(materialized_in(base, "til_auto_generation", day) for day in [*days, api_day])
     page.goto(f"{base}/locations/batch_pipeline/jobs/til_auto_generation_job/partitions")
     expect(page.get_by_text("Backfill history")).to_be_visible()
+    total = page.get_by_text("Total partitions").locator("xpath=..")
+    expect(total).not_to_have_text("0Total partitions")  # the counts have loaded
     shot(page, "5_til_partitions")
+
+
+def materialized_in(base: str, asset: str, day: str) -> bool:
+    """Whether the webserver shows `day` of a daily-partitioned asset as materialized (green)."""
+    query = """query($key: AssetKeyInput!) { assetNodeOrError(assetKey: $key) {
+      ... on AssetNode { assetPartitionStatuses {
+        ... on TimePartitionStatuses { ranges { startKey endKey status } } } } } }"""
+    answer = requests.post(
+        f"{base}/graphql",
+        json={"query": query, "variables": {"key": {"path": [asset]}}},
+        timeout=60,
+    ).json()
+    ranges = answer["data"]["assetNodeOrError"]["assetPartitionStatuses"]["ranges"]
+    return any(
+        r["status"] == "MATERIALIZED" and r["startKey"] <= day <= r["endKey"] for r in ranges
+    )
 
 
 def partition_statuses(base: str, job: str) -> dict[str, str]:
@@ -397,3 +422,41 @@ def test_7_a_dry_run_redrive_of_an_exhausted_scrap_from_redrive_job_s_launchpad(
     assert [pair["target_id"] for pair in metadata["would_redrive"].value] == [scrap]
     assert jobs_of_the_scrap() == MAX_ATTEMPTS  # a dry run: no new job
     engine.dispose()
+
+
+def step_on(page, label: str):
+    """Where a step's label is on the page, right of the left navigation (whose "Overview" is
+    not the asset's tab), and whether to press it: a tab, a button or a link by that name; else
+    its text, a heading seen on the way (pressing one folds its section)."""
+    by_role = [page.get_by_role(role, name=label, exact=True) for role in ("tab", "button", "link")]
+    by_text = page.get_by_text(label, exact=True)
+    for waited in range(40):
+        for candidate in [*by_role, *([by_text] if waited >= 10 else [])]:
+            for found in candidate.all():
+                box = found.bounding_box()
+                if box and box["x"] > NAVIGATION_WIDTH:
+                    return found, candidate is not by_text
+        page.wait_for_timeout(500)
+    return by_text.first, False  # not there: the caller's expect says which path and step
+
+
+def test_8_every_ui_path_the_docs_give_leads_somewhere(dagster_dev, page):
+    """Each path of README.md, README.ko.md and docs/ (ui/paths.py reads them), step by step:
+    the sidebar's section, the job, asset or group in its list, then each tab or button, on the
+    screen; a path that starts elsewhere starts on an asset's page. Buttons that would launch a
+    run are found, not pressed; a dialog a step opens is closed."""
+    base, _, _ = dagster_dev
+    for steps, where in documented_paths().items():
+        if steps[0] in SIDEBAR:
+            open_from_the_sidebar(base, page, steps[0], steps[1].removeprefix("group "))
+            rest = steps[2:]
+        else:
+            page.goto(f"{base}/assets/ghost_job_recovery")
+            rest = steps
+        for label in rest:
+            target, pressed = step_on(page, label)
+            expect(target, f"{' → '.join(steps)} ({where[0]})").to_be_visible()
+            if pressed and label not in LAUNCHES:
+                target.click()
+        page.keyboard.press("Escape")
+    shot(page, "8_last_documented_path")
