@@ -29,6 +29,7 @@ from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.frames import INT, UTC_DATETIME, FrameSchema, frame_instant
 from batch_pipeline.san.job_source import Eligibility, EnqueueRequest, JobSource
 from batch_pipeline.san.limits import WriteLimits
+from batch_pipeline.san.sweep import swept
 from batch_pipeline.san.tables import holds_its_target, jobs
 
 LOG = logging.getLogger(__name__)
@@ -133,7 +134,12 @@ class TargetRecovery:
     def detect(self, conn: Connection, settings: RecoverySettings, now: datetime) -> pd.DataFrame:
         lookback = settings.scrap_lookback if self.uses_scrap_lookback else None
         return detect_targets(
-            conn, self, now=now, min_age=settings.orphan_min_age, lookback=lookback
+            conn,
+            self,
+            now=now,
+            min_age=settings.orphan_min_age,
+            lookback=lookback,
+            limits=settings.policy.limits,
         )
 
     def recover(
@@ -235,12 +241,26 @@ def detect_targets(
     now: datetime,
     min_age: timedelta = ORPHAN_MIN_AGE,
     lookback: timedelta | None = None,
+    limits: WriteLimits = WriteLimits(),
 ) -> pd.DataFrame:
     """Targets older than `min_age` (and, with a `lookback`, younger than it) that need
-    `recovery.job_type` and have no active job of that type. Without a look-back this is an
-    anti-join over the whole table: see docs/benchmarks.md for its cost at scale."""
-    since = now - lookback if lookback else None
-    if since is None:
-        dialect(conn).avoid_full_scans(conn, recovery.full_sweep_prefers)  # transaction-local
-    query = detect_query(recovery, created_before=now - min_age, created_since=since)
-    return recovery.frame.from_rows(conn.execute(query))
+    `recovery.job_type` and have no active job of that type, oldest first. A look-back window is
+    one index range; without one the whole table is swept in keyset chunks of ids, paced by the
+    throttle (san/sweep.py): see docs/benchmarks.md for the cost at scale."""
+    created_before = now - min_age
+    if lookback is not None:
+        query = detect_query(recovery, created_before=created_before, created_since=now - lookback)
+        return recovery.frame.from_rows(conn.execute(query))
+    dialect(conn).avoid_full_scans(conn, recovery.full_sweep_prefers)  # transaction-local
+    rows, _ = swept(
+        conn,
+        recovery.table.c.id,
+        lambda chunk: conn.execute(
+            detect_query(recovery, created_before=created_before, among=chunk)
+        ).all(),
+        limits,
+    )
+    frame = recovery.frame.from_rows(rows)
+    return frame.sort_values([recovery.grace_column, recovery.id_key], kind="stable").reset_index(
+        drop=True
+    )

@@ -32,7 +32,15 @@ from batch_pipeline.san.errors import first_line
 from batch_pipeline.san.job_source import Eligibility, EnqueueRequest, JobSource
 from batch_pipeline.san.limits import WriteLimits
 from batch_pipeline.san.tables import PENDING, holds_its_target, jobs
-from batch_pipeline.san.throttle import Overrides, Sampler, Signals, Throttle, ThrottleLog
+from batch_pipeline.san.throttle import (
+    WRITE_AIMS,
+    Overrides,
+    Sampler,
+    Signals,
+    Throttle,
+    ThrottleLog,
+    ThrottleState,
+)
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +257,12 @@ def signals_of(engine: Engine) -> Callable[[], Signals | None]:
     return reading
 
 
-def throttle_for(engine: Engine, batch_size: int | None, limits: WriteLimits) -> Throttle:
+def throttle_for(
+    engine: Engine,
+    batch_size: int | None,
+    limits: WriteLimits,
+    aims: ThrottleState = WRITE_AIMS,
+) -> Throttle:
     """The run's throttle: readings sampled beside its writes where the database has signals
     (PostgreSQL), else the batch-time rule (SQLite)."""
     reading = signals_of(engine)
@@ -259,6 +272,7 @@ def throttle_for(engine: Engine, batch_size: int | None, limits: WriteLimits) ->
         Overrides(batch_size, limits.batch_pause_ratio),
         sleep=time.sleep,
         sampler=Sampler(reading) if has_signals else None,
+        aims=aims,
     )
 
 

@@ -90,6 +90,15 @@ class ThrottleState:
     zone: str = QUIET
     reason: str = "starting"
     recent: tuple[float, ...] = ()  # the latest probe times read
+    # What a quiet database's batch aims at: its work, and its most rows (a write batch's, or
+    # the ids a detection's chunk reads: san/sweep.py)
+    target_seconds: float = TARGET_BATCH_SECONDS
+    max_batch: int = MAX_BATCH
+    fallback_rest_ratio: float = FALLBACK_REST_RATIO  # the batch-time rule's, without signals
+
+
+# A write batch's aims: TARGET_BATCH_SECONDS and MAX_BATCH (a detection's: san/sweep.py).
+WRITE_AIMS = ThrottleState()
 
 
 @dataclass(frozen=True)
@@ -209,6 +218,11 @@ def measured_cost(state: ThrottleState, rows: int, seconds: float) -> float | No
     return 0.7 * state.seconds_per_row + 0.3 * observed
 
 
+def smallest(state: ThrottleState) -> int:
+    """The smallest batch: MIN_BATCH, unless the aims cap batches below it."""
+    return min(MIN_BATCH, state.max_batch)
+
+
 @dataclass(frozen=True)
 class Step:
     """What to do before the next batch."""
@@ -230,7 +244,9 @@ def decide(
     work = work_seconds(state, rows, seconds)
     state = replace(state, seconds_per_row=cost)
     if signals is None:  # no signals: the batch-time rule
-        ratio = overrides.rest_ratio if overrides.rest_ratio is not None else FALLBACK_REST_RATIO
+        ratio = (
+            overrides.rest_ratio if overrides.rest_ratio is not None else state.fallback_rest_ratio
+        )
         size = overrides.batch_size or state.batch_size
         return Step(
             replace(state, batch_size=size, zone=UNMEASURED, reason="no signals"), ratio * work
@@ -244,18 +260,20 @@ def decide(
         recent=(*state.recent, signals.probe_seconds)[-SMOOTHED:],
     )
     if zone == CRITICAL:
-        size, rest = MIN_BATCH, CRITICAL_REST
+        size, rest = smallest(state), CRITICAL_REST
+    elif zone == BUSY and rows == 0:  # a reading during a rest: no batch to size again
+        size, rest = state.batch_size, 0.0
     elif zone == BUSY:
         app_sized = APP_BATCH_SECONDS / cost if cost else state.batch_size
-        size = max(MIN_BATCH, int(min(state.batch_size // 2, app_sized)))
+        size = max(smallest(state), int(min(state.batch_size // 2, app_sized)))
         # BUSY_REST_RATIO while the app's transactions are not slowed, MAX_REST_RATIO at critical
         share = (slowdown - 1.0) / (CRITICAL_AT - 1.0)
         rest = work * (
             BUSY_REST_RATIO + min(max(share, 0.0), 1.0) * (MAX_REST_RATIO - BUSY_REST_RATIO)
         )
     else:
-        target = TARGET_BATCH_SECONDS / cost if cost else state.batch_size * GROWTH
-        size = int(min(max(target, MIN_BATCH), state.batch_size * GROWTH, MAX_BATCH))
+        target = state.target_seconds / cost if cost else state.batch_size * GROWTH
+        size = int(min(max(target, smallest(state)), state.batch_size * GROWTH, state.max_batch))
         rest = 0.0
     if overrides.batch_size is not None:
         size = overrides.batch_size
@@ -298,12 +316,14 @@ class Throttle:
         overrides: Overrides = Overrides(),
         sleep: Callable[[float], None] = time.sleep,
         sampler: Sampler | None = None,
+        aims: ThrottleState = WRITE_AIMS,
     ):
         """`sampler`: readings taken beside the writes (the runtime's way); without one each
-        decision reads once, now (a test's simulated signals)."""
+        decision reads once, now (a test's simulated signals). `aims`: the quiet batch's
+        target_seconds and max_batch, if not a write batch's."""
         self.read_signals, self.overrides, self.sampler = read_signals, overrides, sampler
         self.sleep = sleep
-        self.state = ThrottleState(batch_size=overrides.batch_size or START_BATCH)
+        self.state = replace(aims, batch_size=overrides.batch_size or aims.batch_size)
         self.log = ThrottleLog()
         self.rest = 0.0
         self.last: Signals | None = None  # the latest readings, aggregated
@@ -348,7 +368,7 @@ class Throttle:
                 rest_left = 0.0  # the app has the database back: carry on now
             elif again.zone == CRITICAL:  # at least CRITICAL_REST, then one small batch
                 rest_left = max(rest_left, CRITICAL_REST - rested)
-                again = replace(again, batch_size=self.overrides.batch_size or MIN_BATCH)
+                again = replace(again, batch_size=self.overrides.batch_size or smallest(again))
             self.state = replace(
                 self.state,
                 zone=again.zone,

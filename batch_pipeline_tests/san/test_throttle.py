@@ -15,6 +15,7 @@ from batch_pipeline.san.throttle import (
     MAX_REST_RATIO,
     MIN_BATCH,
     QUIET,
+    REACT_EVERY,
     START_BATCH,
     TARGET_BATCH_SECONDS,
     Overrides,
@@ -147,6 +148,19 @@ def test_a_rest_ends_early_when_the_database_quiets_and_stretches_when_critical(
     assert MAX_BATCH >= START_BATCH
 
 
+def test_a_long_busy_rest_keeps_the_batch_it_decided():
+    """Each reading of a rest judges the zone only: it halved the next batch again, so a long
+    busy rest shrank it to MIN_BATCH."""
+    clock = Clock()
+    readings = iter([signals()] + [signals(active=2)] * 40)
+    throttle = Throttle(lambda: next(readings), sleep=clock.sleep)
+    throttle.next_batch()
+    throttle.written(2_000, 2_000 * ROW_COST)  # the app is at work: busy
+    decided = throttle.state.batch_size
+    assert throttle.state.zone == BUSY and throttle.rest >= 4 * REACT_EVERY  # several readings
+    assert throttle.next_batch() == decided > MIN_BATCH
+
+
 def test_the_readings_of_a_batch_are_judged_by_their_slow_tail_and_worst_load():
     samples = [signals(slowdown=1.0)] * 8 + [signals(slowdown=6.0, active=3, blocked=1)] * 2
     judged = aggregate(samples)
@@ -173,3 +187,11 @@ def test_while_the_app_works_batches_are_small_and_rests_long_even_before_it_slo
     assert step.state.zone == BUSY
     assert step.state.batch_size * ROW_COST <= APP_BATCH_SECONDS
     assert step.rest_seconds == BUSY_REST_RATIO * 2_500 * ROW_COST
+
+
+def test_no_zone_makes_a_batch_larger_than_its_aims_allow():
+    """A sweep's chunks (san/sweep.py) may be capped below MIN_BATCH; busy and critical keep
+    to the cap (they once fell back to MIN_BATCH)."""
+    capped = ThrottleState(baseline=QUIET_COMMIT, batch_size=7, max_batch=7)
+    steps = run(capped, [signals(active=2), signals(blocked=1), signals(), signals(slowdown=2.0)])
+    assert [step.state.batch_size for step in steps] == [7, 7, 7, 7]

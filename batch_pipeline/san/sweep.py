@@ -1,0 +1,52 @@
+"""A detection's sweep of a whole table in keyset chunks: its ids in ranges (lo, hi], one
+statement each, sized and paced by the write path's throttle (san/throttle.py), so no statement
+of ours holds a core for long, and between two chunks a busy app gets the database back.
+
+A chunk aims at CHUNK_SECONDS of work on a quiet database, at most MAX_CHUNK_IDS ids (a range
+of the primary key, or of an index on it: a range scan); the ids need not be dense. Without
+signals (SQLite) the chunks do not rest: the statement bound is what a sweep needs there.
+"""
+
+import time
+from collections.abc import Callable, Sequence
+
+from sqlalchemy import ColumnElement, and_, func, select
+from sqlalchemy.engine import Connection
+
+from batch_pipeline.san.enqueue import throttle_for
+from batch_pipeline.san.limits import WriteLimits
+from batch_pipeline.san.throttle import ThrottleLog, ThrottleState
+
+CHUNK_SECONDS = 0.1  # well inside the 250 ms a statement of ours may take
+FIRST_CHUNK_IDS = 1_000
+MAX_CHUNK_IDS = 50_000
+CHUNK_AIMS = ThrottleState(
+    batch_size=FIRST_CHUNK_IDS,
+    target_seconds=CHUNK_SECONDS,
+    max_batch=MAX_CHUNK_IDS,
+    fallback_rest_ratio=0.0,
+)
+
+
+def swept(
+    conn: Connection,
+    id_column: ColumnElement,
+    read_chunk: Callable[[ColumnElement], Sequence],
+    limits: WriteLimits = WriteLimits(),
+) -> tuple[list, ThrottleLog]:
+    """The rows `read_chunk(range)` returns for every chunk of `id_column`'s range (the
+    condition selects the chunk's ids), in id order, and how the sweep was paced."""
+    lowest, highest = conn.execute(select(func.min(id_column), func.max(id_column))).one()
+    throttle = throttle_for(conn.engine, None, limits, CHUNK_AIMS)
+    rows: list = []
+    after = (lowest or 0) - 1
+    try:
+        while highest is not None and after < highest:
+            span = throttle.next_batch()
+            started = time.monotonic()
+            rows.extend(read_chunk(and_(id_column > after, id_column <= after + span)))
+            throttle.written(span, time.monotonic() - started)
+            after += span
+    finally:
+        throttle.close()
+    return rows, throttle.log

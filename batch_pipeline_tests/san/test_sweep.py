@@ -1,0 +1,86 @@
+"""A detection's sweep in keyset chunks (san/sweep.py), on both dialects: every id of the range
+read once, in id order, in chunks of at most the ceiling (sparse ids included); and the full
+sweep of a recovery finds exactly what one statement over the whole table finds."""
+
+import math
+
+from sqlalchemy import text
+
+from batch_pipeline.recovery import targets
+from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
+from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE, detect_query, detect_targets
+from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
+from batch_pipeline.san import sweep
+from batch_pipeline.san.tables import CARD_ANALYSIS, PENDING, scraps
+from batch_pipeline.san.throttle import ThrottleState
+
+CEILING = 7
+
+
+def small_chunks(monkeypatch) -> None:
+    """Chunks of CEILING ids: a few rows make several chunks."""
+    monkeypatch.setattr(
+        sweep,
+        "CHUNK_AIMS",
+        ThrottleState(batch_size=CEILING, max_batch=CEILING, fallback_rest_ratio=0.0),
+    )
+
+
+def test_every_id_is_read_once_in_order_in_chunks_no_larger_than_the_ceiling(san_db, monkeypatch):
+    small_chunks(monkeypatch)
+    user = san_db.user()
+    ids = [san_db.scrap(user) for _ in range(20)]
+    with san_db.engine.begin() as conn:  # a gap in the ids: the sweep does not need them dense
+        conn.execute(
+            text("DELETE FROM scraps WHERE id > :a AND id < :b"), {"a": ids[3], "b": ids[15]}
+        )
+    kept = ids[:4] + ids[15:]
+    chunks = []
+
+    def read_chunk(chunk):
+        found = conn.execute(scraps.select().where(chunk).order_by(scraps.c.id)).all()
+        chunks.append([row.id for row in found])
+        return found
+
+    with san_db.engine.connect() as conn:
+        rows, log = sweep.swept(conn, scraps.c.id, read_chunk)
+    assert [row.id for row in rows] == kept
+    assert len(chunks) == math.ceil((ids[-1] - ids[0] + 1) / CEILING) == log.batches
+    assert all(len(chunk) <= CEILING for chunk in chunks)
+
+
+def test_an_empty_table_is_no_chunk(san_db):
+    with san_db.engine.connect() as conn:
+        rows, log = sweep.swept(conn, scraps.c.id, lambda chunk: [])
+    assert rows == [] and log.batches == 0
+
+
+def test_a_recovery_s_full_sweep_finds_what_one_statement_finds(san_db, monkeypatch):
+    small_chunks(monkeypatch)
+    user = san_db.user()
+    for number in range(30):
+        scrap = san_db.scrap(
+            user,
+            created_at=san_db.ago(hours=3, minutes=number % 7),  # not in id order
+            card=number % 3 == 0,
+            refined=number % 4 != 0,
+        )
+        if number % 5 == 0:
+            san_db.job(CARD_ANALYSIS, scrap, PENDING, created_at=san_db.ago(minutes=5))
+    created_before = san_db.now - ORPHAN_MIN_AGE
+    sweeps = []
+
+    def spied(*args, **kwargs):
+        rows, log = sweep.swept(*args, **kwargs)
+        sweeps.append(log.batches)
+        return rows, log
+
+    monkeypatch.setattr(targets, "swept", spied)
+    for recovery in (ORPHAN_SCRAPS, UNREFINED_SCRAPS):
+        with san_db.engine.connect() as conn:
+            whole = recovery.frame.from_rows(
+                conn.execute(detect_query(recovery, created_before=created_before))
+            )
+            chunked = detect_targets(conn, recovery, now=san_db.now)
+        assert sweeps.pop() >= 30 / CEILING  # in chunks
+        assert chunked.to_dict("records") == whole.to_dict("records"), recovery.area
