@@ -5,7 +5,7 @@ Scraps that do have an active CARD_ANALYSIS job belong to ghost-job recovery. A 
 embedding is NULL does not occur in the current pipeline and is not handled.
 """
 
-from sqlalchemy import exists, literal, select
+from sqlalchemy import ColumnElement, exists, literal, select
 
 from batch_pipeline.recovery.targets import TargetRecovery
 from batch_pipeline.san.tables import CARD_ANALYSIS, knowledge_cards, scraps
@@ -20,6 +20,16 @@ has_no_card_probe = (
     .is_(None)
 )
 
+
+def has_no_card_between(after: int, upto: int) -> ColumnElement:
+    """has_no_card for scraps with ids in (after, upto]: the cards of that range only."""
+    return ~exists().where(
+        knowledge_cards.c.scrap_id == scraps.c.id,
+        knowledge_cards.c.scrap_id > after,
+        knowledge_cards.c.scrap_id <= upto,
+    )
+
+
 ORPHAN_SCRAPS = TargetRecovery(
     area="orphan_scrap_recovery",
     name="orphan_scraps",
@@ -33,6 +43,7 @@ ORPHAN_SCRAPS = TargetRecovery(
     frame_name="OrphanScraps",
     uses_scrap_lookback=True,
     needs_work_per_row=has_no_card_probe,
+    needs_work_between=has_no_card_between,
     # The full sweep's anti-join hashes every card's scrap_id, which spills to disk at SAN's
     # size; merging the two key indexes in id order needs no hash (docs/benchmarks.md, "Third
     # round"). Both are the app's own; only the job probes need ix_san_jobs_target.

@@ -9,7 +9,7 @@ apart even where the mechanics are the same.
 """
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -60,6 +60,10 @@ class TargetRecovery:
     # The same condition as a probe per row, for look-back windows, when needs_work is the
     # absence of a row elsewhere: as an anti-join PostgreSQL may hash the whole other table.
     needs_work_per_row: ColumnElement | None = None
+    # The same condition for the targets with ids in (after, upto], when needs_work is the
+    # absence of a row elsewhere: bounded on that row's key too, so that a sweep's chunk reads
+    # that range of both tables (PostgreSQL does not carry a range across a join).
+    needs_work_between: Callable[[int, int], ColumnElement] | None = None
     # Indexes whose presence makes the full sweep's index plan the better one, although the
     # planner prices it about even with sequential scans (see
     # dialects.postgresql.catalog.avoid_full_scans).
@@ -164,12 +168,23 @@ class TargetRecovery:
         )
 
 
-def has_active_job(job_type: str, table: Table) -> ColumnElement:
+def has_active_job(
+    job_type: str, table: Table, between: tuple[int, int] | None = None
+) -> ColumnElement:
     """A job of `job_type` for the current row of `table` still holds it (any status but
-    COMPLETED and FAILED: see schema.holds_its_target)."""
+    COMPLETED and FAILED: see schema.holds_its_target); `between`: the rows' ids are in that
+    range (after, upto], and so are the jobs' targets read."""
     return exists().where(
-        jobs.c.job_type == job_type, jobs.c.target_id == table.c.id, holds_its_target(jobs.c.status)
+        jobs.c.job_type == job_type,
+        jobs.c.target_id == table.c.id,
+        holds_its_target(jobs.c.status),
+        *in_range(jobs.c.target_id, between),
     )
+
+
+def in_range(column: ColumnElement, between: tuple[int, int] | None) -> list[ColumnElement]:
+    """`column` in (after, upto], or no condition."""
+    return [] if between is None else [column > between[0], column <= between[1]]
 
 
 def detect_query(
@@ -178,6 +193,7 @@ def detect_query(
     created_since: datetime | None = None,
     among: ColumnElement | None = None,
     latest_attempt: bool = False,
+    ids_between: tuple[int, int] | None = None,
 ):
     """The targets that need the work and have no active job, with their attempts so far and
     `waiting_since`: the target's grace column (saved at), or with `latest_attempt` when its
@@ -198,13 +214,17 @@ def detect_query(
         window.append(among)
     if (created_since is not None or among is not None) and recovery.needs_work_per_row is not None:
         needs_work = recovery.needs_work_per_row
+    if ids_between is not None:  # a sweep's chunk (san/sweep.py)
+        window += in_range(table.c.id, ids_between)
+        if recovery.needs_work_between is not None:
+            needs_work = recovery.needs_work_between(*ids_between)
     candidates = (
         select(
             table.c.id.label(recovery.id_key),
             *(table.c[name] for name in recovery.carried_columns),
             frame_instant(grace).label(recovery.grace_column),
         )
-        .where(needs_work, ~has_active_job(recovery.job_type, table), *window)
+        .where(needs_work, ~has_active_job(recovery.job_type, table, ids_between), *window)
         .cte("candidates")
     )
     attempt = jobs.alias("attempt")
@@ -255,8 +275,8 @@ def detect_targets(
     rows, _ = swept(
         conn,
         recovery.table.c.id,
-        lambda chunk: conn.execute(
-            detect_query(recovery, created_before=created_before, among=chunk)
+        lambda after, upto: conn.execute(
+            detect_query(recovery, created_before=created_before, ids_between=(after, upto))
         ).all(),
         limits,
     )

@@ -10,7 +10,7 @@ signals (SQLite) the chunks do not rest: the statement bound is what a sweep nee
 import time
 from collections.abc import Callable, Sequence
 
-from sqlalchemy import ColumnElement, and_, func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.engine import Connection
 
 from batch_pipeline.san.enqueue import throttle_for
@@ -31,11 +31,11 @@ CHUNK_AIMS = ThrottleState(
 def swept(
     conn: Connection,
     id_column: ColumnElement,
-    read_chunk: Callable[[ColumnElement], Sequence],
+    read_chunk: Callable[[int, int], Sequence],
     limits: WriteLimits = WriteLimits(),
 ) -> tuple[list, ThrottleLog]:
-    """The rows `read_chunk(range)` returns for every chunk of `id_column`'s range (the
-    condition selects the chunk's ids), in id order, and how the sweep was paced."""
+    """The rows `read_chunk(after, upto)` returns for every chunk of `id_column`'s range (the
+    chunk's ids are in (after, upto]), in id order, and how the sweep was paced."""
     lowest, highest = conn.execute(select(func.min(id_column), func.max(id_column))).one()
     throttle = throttle_for(conn.engine, None, limits, CHUNK_AIMS)
     rows: list = []
@@ -44,7 +44,7 @@ def swept(
         while highest is not None and after < highest:
             span = throttle.next_batch()
             started = time.monotonic()
-            rows.extend(read_chunk(and_(id_column > after, id_column <= after + span)))
+            rows.extend(read_chunk(after, after + span))
             throttle.written(span, time.monotonic() - started)
             after += span
     finally:

@@ -37,7 +37,8 @@ def test_every_id_is_read_once_in_order_in_chunks_no_larger_than_the_ceiling(san
     kept = ids[:4] + ids[15:]
     chunks = []
 
-    def read_chunk(chunk):
+    def read_chunk(after, upto):
+        chunk = (scraps.c.id > after) & (scraps.c.id <= upto)
         found = conn.execute(scraps.select().where(chunk).order_by(scraps.c.id)).all()
         chunks.append([row.id for row in found])
         return found
@@ -51,7 +52,7 @@ def test_every_id_is_read_once_in_order_in_chunks_no_larger_than_the_ceiling(san
 
 def test_an_empty_table_is_no_chunk(san_db):
     with san_db.engine.connect() as conn:
-        rows, log = sweep.swept(conn, scraps.c.id, lambda chunk: [])
+        rows, log = sweep.swept(conn, scraps.c.id, lambda after, upto: [])
     assert rows == [] and log.batches == 0
 
 
