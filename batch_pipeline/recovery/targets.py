@@ -187,6 +187,18 @@ def in_range(column: ColumnElement, between: tuple[int, int] | None) -> list[Col
     return [] if between is None else [column > between[0], column <= between[1]]
 
 
+def needs_work_in(
+    recovery: TargetRecovery, narrowed: bool, ids_between: tuple[int, int] | None
+) -> ColumnElement:
+    """The recovery's condition for a narrowed set of targets (a probe per row) or a sweep's
+    chunk (bounded on the other table's key too), else its set-based one."""
+    if ids_between is not None and recovery.needs_work_between is not None:
+        return recovery.needs_work_between(*ids_between)
+    if narrowed and recovery.needs_work_per_row is not None:
+        return recovery.needs_work_per_row
+    return recovery.needs_work
+
+
 def detect_query(
     recovery: TargetRecovery,
     created_before: datetime,
@@ -201,23 +213,18 @@ def detect_query(
     a recent failure). `latest_attempt` reads each attempt's row (updated_at is not in
     ix_san_jobs_target): the fast lane's few targets only; over a whole sweep PostgreSQL would
     rather read every job (see `last_failures`)."""
-    # Targets with an active job belong to ghost-job recovery: this boundary keeps the two
-    # recoveries from handling the same target twice. Targets younger than the grace period
-    # may still be getting their job from the app.
+    # An active job's target is ghost recovery's; one inside the grace may still get the app's.
     table = recovery.table
     grace = table.c[recovery.grace_column]
     window = [grace < created_before]
-    needs_work = recovery.needs_work
     if created_since is not None:  # a look-back window: an index range instead of a full sweep
         window.append(grace >= created_since)
     if among is not None:
         window.append(among)
-    if (created_since is not None or among is not None) and recovery.needs_work_per_row is not None:
-        needs_work = recovery.needs_work_per_row
     if ids_between is not None:  # a sweep's chunk (san/sweep.py)
         window += in_range(table.c.id, ids_between)
-        if recovery.needs_work_between is not None:
-            needs_work = recovery.needs_work_between(*ids_between)
+    narrowed = created_since is not None or among is not None
+    needs_work = needs_work_in(recovery, narrowed, ids_between)
     candidates = (
         select(
             table.c.id.label(recovery.id_key),
