@@ -8,13 +8,14 @@ Why this shape (Dagster 1.13): the design's op graph and typed frames stay as th
 the run that produced them, not in a second run a sensor launches.
 """
 
-from dagster import AssetOut, ConfigMapping, Nothing, graph_multi_asset
+from dagster import AssetOut, Nothing, graph_multi_asset
 
 from batch_pipeline.recovery import checks
 from batch_pipeline.recovery.config import RecoveryConfig
 from batch_pipeline.recovery.ops import RECOVERY_OPS, check_recovery_health, check_san_database
 from batch_pipeline.recovery.registry import RECOVERIES
 from batch_pipeline.san.database import san_kinds
+from batch_pipeline.san.ops import graph_run_config, settings_mapping
 
 GROUP = "san_recovery"
 GRAPH = "run_recovery"
@@ -22,7 +23,7 @@ GRAPH = "run_recovery"
 
 def recovery_run_config(config: dict | None = None) -> dict:
     """A recovery_job run config: the RecoveryConfig fields under ops.run_recovery.config."""
-    return {"ops": {GRAPH: {"config": config or {}}}}
+    return graph_run_config(GRAPH, config)
 
 
 def step_key(op_name: str) -> str:
@@ -45,10 +46,7 @@ def step_key(op_name: str) -> str:
     },
     check_specs=list(checks.RECOVERY_CHECKS),
     # The Launchpad takes every setting once, as ops.run_recovery.config.
-    config=ConfigMapping(
-        config_fn=lambda config: {"check_san_database": {"config": config}},
-        config_schema=RecoveryConfig.to_fields_dict(),
-    ),
+    config=settings_mapping(RecoveryConfig),
 )
 def run_recovery():
     settings = check_san_database()

@@ -42,6 +42,7 @@ from batch_pipeline.recovery.summary import (
 from batch_pipeline.san.database import database_now, read_transaction
 from batch_pipeline.san.memory import paused_gc
 from batch_pipeline.san.ops import (
+    CHECK_NODE,
     as_metadata,
     committed_by_failed_attempts,
     retried_on_error,
@@ -59,9 +60,7 @@ def tag_the_run_as_healing(context: OpExecutionContext, settings: RecoveryConfig
     context.instance.add_run_tags(context.run_id, {HEALED_TAG: summary})
 
 
-check_san_database = san_database_check_op(
-    RecoveryConfig, "check_san_database", first=tag_the_run_as_healing
-)
+check_san_database = san_database_check_op(RecoveryConfig, CHECK_NODE, first=tag_the_run_as_healing)
 
 
 def audit_trail(context: AssetExecutionContext, recovery, report: RecoveryReport):

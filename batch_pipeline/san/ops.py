@@ -17,6 +17,7 @@ from dagster import (
     Backoff,
     Config,
     ConfigArgumentWarning,
+    ConfigMapping,
     DagsterEventType,
     Failure,
     MetadataValue,
@@ -152,6 +153,24 @@ def warn_about_unannounced_jobs(
         )
 
 
+# The node name every job gives its database check op: its run config goes there.
+CHECK_NODE = "check_san_database"
+
+
+def settings_mapping(config_class: type[Config]) -> ConfigMapping:
+    """A graph-backed asset's config mapping: the Launchpad takes every field of `config_class`
+    once, under the graph's name, and the graph hands them to its CHECK_NODE."""
+    return ConfigMapping(
+        config_fn=lambda config: {CHECK_NODE: {"config": config}},
+        config_schema=config_class.to_fields_dict(),
+    )
+
+
+def graph_run_config(graph: str, config: dict | None = None) -> dict:
+    """A run config of a job of graph-backed assets: `config` under ops.<graph>.config."""
+    return {"ops": {graph: {"config": config or {}}}}
+
+
 def san_database_check_op(
     config_class: type[Config],
     name: str,
@@ -161,7 +180,7 @@ def san_database_check_op(
     config)` runs before the check (the run's own bookkeeping, even when the check fails).
 
     Each job has its own op definition (`name` must be unique in the code location); jobs use
-    it under the node name `check_san_database`, so run config always goes there.
+    it under the node name CHECK_NODE, so run config always goes there.
 
     A config value out of range fails here (pydantic names the field); so do a bad URL, an
     unreachable server, a missing table or column and an unknown dispatcher. No retries: the

@@ -9,13 +9,13 @@ A graph-backed asset rather than an external one: its page's *Materialize* launc
 from dagster import (
     AssetOut,
     AssetsDefinition,
-    ConfigMapping,
     DailyPartitionsDefinition,
     Nothing,
     graph_multi_asset,
 )
 
 from batch_pipeline.san.database import san_kinds
+from batch_pipeline.san.ops import CHECK_NODE, graph_run_config, settings_mapping
 from batch_pipeline.til.auto_generation import AREA
 from batch_pipeline.til.config import TilConfig
 from batch_pipeline.til.ops import check_san_database_for_til, create_daily_tils, detect_til_users
@@ -27,7 +27,7 @@ GRAPH = "run_til_auto_generation"
 def til_run_config(config: dict | None = None) -> dict:
     """A til_auto_generation_job run config: the TilConfig fields under
     ops.run_til_auto_generation.config."""
-    return {"ops": {GRAPH: {"config": config or {}}}}
+    return graph_run_config(GRAPH, config)
 
 
 def til_asset(partitions: DailyPartitionsDefinition) -> AssetsDefinition:
@@ -47,13 +47,10 @@ def til_asset(partitions: DailyPartitionsDefinition) -> AssetsDefinition:
             )
         },
         # The Launchpad takes every setting once, as ops.run_til_auto_generation.config.
-        config=ConfigMapping(
-            config_fn=lambda config: {"check_san_database": {"config": config}},
-            config_schema=TilConfig.to_fields_dict(),
-        ),
+        config=settings_mapping(TilConfig),
     )
     def run_til_auto_generation():
-        settings = check_san_database_for_til.alias("check_san_database")()
+        settings = check_san_database_for_til.alias(CHECK_NODE)()
         return {AREA: create_daily_tils(settings, detect_til_users(settings))}
 
     return run_til_auto_generation
