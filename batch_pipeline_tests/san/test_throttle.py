@@ -32,13 +32,16 @@ QUIET_COMMIT = 0.001
 ROW_COST = 0.0001  # seconds per row: 2,500 rows make TARGET_BATCH_SECONDS
 
 
-def signals(slowdown: float = 1.0, active: int = 0, blocked: int = 0, lag=None) -> Signals:
+def signals(
+    slowdown: float = 1.0, active: int = 0, blocked: int = 0, lag=None, at_work: int = 0
+) -> Signals:
     return Signals(
         probe_seconds=QUIET_COMMIT * slowdown,
         active_app_sessions=active,
         blocked_by_us=blocked,
         replica_lag_seconds=lag,
         cores=4,
+        app_sessions_at_work=at_work,
     )
 
 
@@ -163,9 +166,10 @@ def test_a_long_busy_rest_keeps_the_batch_it_decided():
 
 def test_the_readings_of_a_batch_are_judged_by_their_slow_tail_and_worst_load():
     samples = [signals(slowdown=1.0)] * 8 + [signals(slowdown=6.0, active=3, blocked=1)] * 2
-    judged = aggregate(samples)
+    judged = aggregate([*samples, signals(at_work=4)])
     assert judged.probe_seconds == QUIET_COMMIT * 6.0  # the 90th percentile: the slow tail
     assert (judged.active_app_sessions, judged.blocked_by_us) == (3, 1)
+    assert judged.app_sessions_at_work == 4
     assert aggregate([]) is None
 
 
@@ -182,11 +186,14 @@ def test_the_sampler_reads_beside_the_writes_and_hands_over_what_it_read():
 
 
 def test_while_the_app_works_batches_are_small_and_rests_long_even_before_it_slows():
+    """At work: a statement running at the reading, or one that ended within the last second
+    (an app of short transactions is between two of them at most instants)."""
     state = ThrottleState(baseline=QUIET_COMMIT, seconds_per_row=ROW_COST, batch_size=2_500)
-    step = decide(state, signals(active=1), 2_500, 2_500 * ROW_COST)
-    assert step.state.zone == BUSY
-    assert step.state.batch_size * ROW_COST <= APP_BATCH_SECONDS
-    assert step.rest_seconds == BUSY_REST_RATIO * 2_500 * ROW_COST
+    for reading in (signals(active=1), signals(at_work=1)):
+        step = decide(state, reading, 2_500, 2_500 * ROW_COST)
+        assert step.state.zone == BUSY
+        assert step.state.batch_size * ROW_COST <= APP_BATCH_SECONDS
+        assert step.rest_seconds == BUSY_REST_RATIO * 2_500 * ROW_COST
 
 
 def test_no_zone_makes_a_batch_larger_than_its_aims_allow():

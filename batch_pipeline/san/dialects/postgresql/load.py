@@ -2,7 +2,9 @@
 one small transaction, timed whole as an app's is (its statements wait for a core as the app's
 do, and its commit, with synchronous_commit on and a transaction id taken, waits for the WAL
 flush as an app commit does), whose statement reads the app's active sessions, app sessions
-blocked by batch_pipeline's, and the replicas' replay lag.
+blocked by batch_pipeline's, the replicas' replay lag, and the app's sessions on SAN's database
+that ran a statement within the last APP_AT_WORK_WITHIN (the app at work between two of its
+short transactions; the Dagster instance's database, if on the same server, is not SAN's).
 
 Its cost: one commit record of WAL and one scan of pg_stat_activity (a few hundred rows at
 most) per reading; the throttle reads at most once per batch and every REACT_EVERY of a rest.
@@ -17,7 +19,7 @@ import time
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from batch_pipeline.san.throttle import Signals
+from batch_pipeline.san.throttle import APP_AT_WORK_WITHIN, Signals
 
 APPLICATION_NAME = "batch_pipeline"  # our sessions' (create_engine's connect_args)
 READ_LOAD = text(
@@ -31,7 +33,12 @@ READ_LOAD = text(
           AND EXISTS (SELECT 1 FROM pg_stat_activity o
                        WHERE o.pid = ANY (pg_blocking_pids(w.pid))
                          AND o.application_name = :ours)),
-      (SELECT max(extract(epoch FROM replay_lag)) FROM pg_stat_replication)
+      (SELECT max(extract(epoch FROM replay_lag)) FROM pg_stat_replication),
+      (SELECT count(*) FROM pg_stat_activity r
+        WHERE r.datname = current_database() AND r.backend_type = 'client backend'
+          AND r.pid <> pg_backend_pid() AND r.application_name IS DISTINCT FROM :ours
+          AND (r.state = 'active'
+               OR r.state_change > clock_timestamp() - make_interval(secs => :at_work_within)))
     """
 )
 SYNCHRONOUS_COMMIT = text("SELECT set_config('synchronous_commit', 'on', true)")
@@ -43,7 +50,9 @@ def read_load(engine: Engine) -> Signals:
         transaction = conn.begin()
         try:
             conn.execute(SYNCHRONOUS_COMMIT)
-            _, active, blocked, lag = conn.execute(READ_LOAD, {"ours": APPLICATION_NAME}).one()
+            _, active, blocked, lag, at_work = conn.execute(
+                READ_LOAD, {"ours": APPLICATION_NAME, "at_work_within": APP_AT_WORK_WITHIN}
+            ).one()
             transaction.commit()
             probe_seconds = time.perf_counter() - started
         except BaseException:
@@ -55,4 +64,5 @@ def read_load(engine: Engine) -> Signals:
         blocked_by_us=int(blocked),
         replica_lag_seconds=float(lag) if lag is not None else None,
         cores=os.cpu_count() or 1,
+        app_sessions_at_work=int(at_work),
     )

@@ -8,6 +8,7 @@ from sqlalchemy import create_engine, text
 from batch_pipeline.san.database import write_transaction
 from batch_pipeline.san.dialects.postgresql.load import read_load
 from batch_pipeline.san.tables import CARD_ANALYSIS, PENDING
+from batch_pipeline.san.throttle import APP_AT_WORK_WITHIN
 
 
 def app_engine(pg_db):
@@ -57,3 +58,23 @@ def test_an_app_session_at_work_and_one_blocked_by_ours_are_counted(pg_db):
     for thread in threads:
         thread.join(30)
     app.dispose()
+
+
+def test_an_app_between_two_short_transactions_is_at_work_until_it_has_been_idle_a_while(pg_db):
+    app = app_engine(pg_db)
+    with app.connect() as conn:  # idle, connected: as a pool's connection waits
+        conn.execute(text("SELECT 1"))
+        just_now = read_load(pg_db.engine)
+        threading.Event().wait(APP_AT_WORK_WITHIN + 0.5)
+        later = read_load(pg_db.engine)
+    app.dispose()
+    assert just_now.active_app_sessions == 0  # nothing running at the instant of the reading
+    assert just_now.app_sessions_at_work == 1
+    assert later.app_sessions_at_work == 0
+
+
+def test_batch_pipelines_own_sessions_are_never_the_app_at_work(pg_db):
+    with pg_db.engine.connect() as conn:
+        conn.execute(text("SELECT 1"))
+        reading = read_load(pg_db.engine)
+    assert reading.app_sessions_at_work == 0
