@@ -36,8 +36,9 @@ from batch_pipeline.san.dialects.postgresql.catalog import SEQSCAN_OFF_IF_INDEXE
 from batch_pipeline.san.dispatch import PG_NOTIFY_CHANNEL
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.schema import create_recommended_indexes
+from batch_pipeline.san.sweep import MAX_CHUNK_IDS
 from batch_pipeline.til.assets import til_run_config
-from batch_pipeline.til.auto_generation import day_bounds, users_of_day_query
+from batch_pipeline.til.auto_generation import day_bounds, scraps_of_day_query
 from bench import baseline
 from bench.probe import probe_figures
 from bench.seed import APP_DDL, Scale, seed
@@ -246,7 +247,7 @@ def detection_queries(now: datetime, day: date):
             created_before=now - ORPHAN_MIN_AGE,
             created_since=now - timedelta(hours=48),
         ),
-        "TIL active users": users_of_day_query(start, end),
+        "TIL day's scraps, a chunk": scraps_of_day_query((start, 0), end, MAX_CHUNK_IDS),
         "unknown_job_statuses check": UNKNOWN_STATUSES,
     }
     for name, query in queries.items():

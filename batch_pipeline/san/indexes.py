@@ -18,6 +18,7 @@ class RecommendedIndex:
 
 # Named by the code that reads through it: ghost detection, the fast lane, the metrics benchmark.
 ACTIVE_JOBS_INDEX = "ix_san_jobs_active_covering"
+SCRAPS_CREATED_AT_INDEX = "ix_san_scraps_created_at"  # the TIL day's chunks
 
 RECOMMENDED_INDEXES = (
     RecommendedIndex(
@@ -46,9 +47,9 @@ RECOMMENDED_INDEXES = (
         sqlite="jobs (updated_at, job_type, target_id) WHERE status = 'FAILED'",
     ),
     RecommendedIndex(
-        name="ix_san_scraps_created_at",
+        name=SCRAPS_CREATED_AT_INDEX,
         table="scraps",
-        why="TIL detection reads one day of scraps by a created_at range",
+        why="TIL detection reads one day of scraps by a created_at range, in chunks",
         postgresql="scraps (created_at)",
         sqlite="scraps (created_at)",
     ),

@@ -5,10 +5,15 @@ of ours holds a core for long, and between two chunks a busy app gets the databa
 A chunk aims at CHUNK_SECONDS of work on a quiet database, at most MAX_CHUNK_IDS ids (a range
 of the primary key, or of an index on it: a range scan); the ids need not be dense. Without
 signals (SQLite) the chunks do not rest: the statement bound is what a sweep needs there.
+
+`swept_after` is the same sweep over a key that is not an integer range (the TIL day's scraps,
+in (created_at, id) order on the created_at index): each chunk is the next rows past the last
+key read, at most as many as the throttle allows.
 """
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.engine import Connection
@@ -50,3 +55,30 @@ def swept(
     finally:
         throttle.close()
     return rows, throttle.log
+
+
+def swept_after(
+    conn: Connection,
+    first_key: Any,
+    read_chunk: Callable[[Any, int], Sequence],
+    key_of: Callable[[Any], Any],
+    limits: WriteLimits = WriteLimits(),
+) -> tuple[list, ThrottleLog]:
+    """The rows `read_chunk(after, limit)` returns, chunk after chunk: at most `limit` rows
+    past the key `after`, in key order (`key_of(row)`: a row's key), starting after
+    `first_key`; and how the sweep was paced."""
+    throttle = throttle_for(conn.engine, None, limits, CHUNK_AIMS)
+    rows: list = []
+    after = first_key
+    try:
+        while True:
+            limit = throttle.next_batch()
+            started = time.monotonic()
+            chunk = read_chunk(after, limit)
+            throttle.written(max(len(chunk), 1), time.monotonic() - started)
+            rows.extend(chunk)
+            if len(chunk) < limit:
+                return rows, throttle.log
+            after = key_of(chunk[-1])
+    finally:
+        throttle.close()

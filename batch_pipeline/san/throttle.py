@@ -47,7 +47,9 @@ CRITICAL_AT = 4.0  # ... where it writes the least it can
 # While the app is at work, a batch of ours holds its commits behind our WAL and competes for
 # its cores: batches of about APP_BATCH_SECONDS, then a rest of BUSY_REST_RATIO times their
 # work when its transactions are not slowed, up to MAX_REST_RATIO as they slow down.
-APP_BATCH_SECONDS = 0.005
+# Well above a batch's fixed cost under load (round trips, commit): at 0.005 s batches fell to
+# MIN_BATCH, the rest multiplied their overhead, and a 20,000-row run outlived 600 s.
+APP_BATCH_SECONDS = 0.02
 BUSY_REST_RATIO = 25.0
 MAX_REST_RATIO = 60.0
 CRITICAL_REST = 3.0  # seconds between two smallest batches in the critical zone
@@ -80,9 +82,8 @@ class Signals:
     blocked_by_us: int  # app sessions waiting for a lock batch_pipeline holds
     replica_lag_seconds: float | None  # the largest replay lag, None without replicas
     cores: int  # the database host's cores, as far as known
-    # the app's sessions on SAN's database that ran a statement within the last APP_AT_WORK_WITHIN:
-    # at 150 transactions of 2 ms a second a session is running one at a given instant about
-    # a third of the time, so `active_app_sessions` alone takes a working app for a quiet one
+    # the app's sessions on SAN's database with a statement within APP_AT_WORK_WITHIN (an app of
+    # short transactions is between two of them at most instants: not `active` then)
     app_sessions_at_work: int = 0
 
 
@@ -183,10 +184,7 @@ class Sampler:
 
     def take(self) -> list[Signals]:
         self.fresh.clear()
-        taken = []
-        while self.samples:
-            taken.append(self.samples.popleft())
-        return taken
+        return [self.samples.popleft() for _ in range(len(self.samples))]
 
     def stop(self) -> None:
         self.stopped.set()

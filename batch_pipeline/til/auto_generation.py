@@ -19,7 +19,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import pandas as pd
-from sqlalchemy import func, select
+from sqlalchemy import func, select, tuple_
 from sqlalchemy.engine import Connection, Engine
 
 from batch_pipeline.san.audit import capped_ids
@@ -28,8 +28,10 @@ from batch_pipeline.san.dialects import dialect, named_rows
 from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.enqueue import BatchWritten, enqueue, run_in_batches
 from batch_pipeline.san.frames import INT, FrameSchema
+from batch_pipeline.san.indexes import SCRAPS_CREATED_AT_INDEX
 from batch_pipeline.san.job_source import JobSource
 from batch_pipeline.san.limits import WriteLimits
+from batch_pipeline.san.sweep import swept_after
 from batch_pipeline.san.tables import (
     TIL_GENERATION,
     daily_summaries,
@@ -63,23 +65,53 @@ def day_bounds(day: date, zone: str) -> tuple[datetime, datetime]:
     return start.astimezone(UTC), end.astimezone(UTC)
 
 
-def users_of_day_query(start: datetime, end: datetime):
+def scraps_of_day_query(after: tuple[datetime, int], end: datetime, limit: int | None):
+    """The next `limit` scraps before `end` past `after` in (created_at, id) order, each with
+    whether it has a card: a range of ix_san_scraps_created_at (a chunk of san/sweep.py)."""
     return (
         select(
+            scraps.c.created_at,
+            scraps.c.id,
             scraps.c.user_id,
-            func.count(scraps.c.id).label("scrap_count"),
-            func.count(knowledge_cards.c.scrap_id).label("card_count"),
+            knowledge_cards.c.scrap_id.is_not(None).label("has_card"),
         )
         .select_from(scraps.outerjoin(knowledge_cards, knowledge_cards.c.scrap_id == scraps.c.id))
-        .where(scraps.c.created_at >= start, scraps.c.created_at < end)
-        .group_by(scraps.c.user_id)
-        .order_by(scraps.c.user_id)
+        .where(
+            scraps.c.created_at >= after[0],  # the index's range; the tuple breaks its ties
+            scraps.c.created_at < end,
+            tuple_(scraps.c.created_at, scraps.c.id) > tuple_(*after),
+        )
+        .order_by(scraps.c.created_at, scraps.c.id)
+        .limit(limit)
     )
 
 
-def detect_users_of_day(conn: Connection, start: datetime, end: datetime) -> pd.DataFrame:
-    """Every user with scraps in [start, end); active ones have card_count > 0."""
-    return USERS_OF_DAY.from_rows(conn.execute(users_of_day_query(start, end)))
+def detect_users_of_day(
+    conn: Connection, start: datetime, end: datetime, limits: WriteLimits = WriteLimits()
+) -> pd.DataFrame:
+    """Every user with scraps in [start, end), by user id; active ones have card_count > 0.
+    The day's scraps are read in chunks paced by the throttle (san/sweep.py), not in one
+    statement that holds a core for as long as the day is large. Without the created_at index
+    each chunk would scan the table: one statement then, as its scan is the same."""
+    if dialect(conn).missing_valid_indexes(conn, [SCRAPS_CREATED_AT_INDEX]):
+        rows = conn.execute(scraps_of_day_query((start, 0), end, None)).all()
+    else:
+        rows, _ = swept_after(
+            conn,
+            (start, 0),  # ids are positive: every scrap of the day is past it
+            lambda after, limit: conn.execute(scraps_of_day_query(after, end, limit)).all(),
+            lambda row: (row.created_at, row.id),
+            limits,
+        )
+    by_user: dict[int, list[int]] = {}
+    for row in rows:
+        counts = by_user.setdefault(row.user_id, [0, 0])
+        counts[0] += 1
+        counts[1] += bool(row.has_card)
+    return USERS_OF_DAY.from_rows(
+        (user_id, scrap_count, card_count)
+        for user_id, (scrap_count, card_count) in sorted(by_user.items())
+    )
 
 
 @dataclass(frozen=True)

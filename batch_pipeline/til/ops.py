@@ -115,7 +115,7 @@ def detect_til_users(context: OpExecutionContext, settings: TilConfig, san_datab
         paused_gc(),
         read_transaction(san_database.get_engine(), settings.write_limits) as conn,
     ):
-        return auto_generation.detect_users_of_day(conn, start, end)
+        return auto_generation.detect_users_of_day(conn, start, end, settings.write_limits)
 
 
 @op(

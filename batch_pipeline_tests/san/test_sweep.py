@@ -4,7 +4,7 @@ sweep of a recovery finds exactly what one statement over the whole table finds.
 
 import math
 
-from sqlalchemy import text
+from sqlalchemy import text, tuple_
 
 from batch_pipeline.recovery import targets
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
@@ -12,18 +12,14 @@ from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE, detect_query, detect
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
 from batch_pipeline.san import sweep
 from batch_pipeline.san.tables import CARD_ANALYSIS, PENDING, scraps
-from batch_pipeline.san.throttle import ThrottleState
+from batch_pipeline_tests import sweeps
 
 CEILING = 7
 
 
 def small_chunks(monkeypatch) -> None:
     """Chunks of CEILING ids: a few rows make several chunks."""
-    monkeypatch.setattr(
-        sweep,
-        "CHUNK_AIMS",
-        ThrottleState(batch_size=CEILING, max_batch=CEILING, fallback_rest_ratio=0.0),
-    )
+    sweeps.small_chunks(monkeypatch, CEILING)
 
 
 def test_every_id_is_read_once_in_order_in_chunks_no_larger_than_the_ceiling(san_db, monkeypatch):
@@ -69,19 +65,34 @@ def test_a_recovery_s_full_sweep_finds_what_one_statement_finds(san_db, monkeypa
         if number % 5 == 0:
             san_db.job(CARD_ANALYSIS, scrap, PENDING, created_at=san_db.ago(minutes=5))
     created_before = san_db.now - ORPHAN_MIN_AGE
-    sweeps = []
-
-    def spied(*args, **kwargs):
-        rows, log = sweep.swept(*args, **kwargs)
-        sweeps.append(log.batches)
-        return rows, log
-
-    monkeypatch.setattr(targets, "swept", spied)
+    chunks = sweeps.chunks_of_each_sweep(monkeypatch, targets, "swept")
     for recovery in (ORPHAN_SCRAPS, UNREFINED_SCRAPS):
         with san_db.engine.connect() as conn:
             whole = recovery.frame.from_rows(
                 conn.execute(detect_query(recovery, created_before=created_before))
             )
             chunked = detect_targets(conn, recovery, now=san_db.now)
-        assert sweeps.pop() >= 30 / CEILING  # in chunks
+        assert chunks.pop() >= 30 / CEILING  # in chunks
         assert chunked.to_dict("records") == whole.to_dict("records"), recovery.area
+
+
+def test_a_sweep_past_a_key_reads_every_row_once_in_key_order_across_ties(san_db, monkeypatch):
+    small_chunks(monkeypatch)
+    user = san_db.user()
+    instants = [san_db.ago(hours=1)] * 9 + [san_db.ago(minutes=m) for m in (50, 40, 30)]
+    ids = [san_db.scrap(user, created_at=instant) for instant in instants]
+    chunks = []
+
+    def read_chunk(after, limit):
+        past = tuple_(scraps.c.created_at, scraps.c.id) > tuple_(*after)
+        query = scraps.select().where(past).order_by(scraps.c.created_at, scraps.c.id)
+        found = conn.execute(query.limit(limit)).all()
+        chunks.append(len(found))
+        return found
+
+    with san_db.engine.connect() as conn:
+        rows, log = sweep.swept_after(
+            conn, (san_db.ago(days=1), 0), read_chunk, lambda row: (row.created_at, row.id)
+        )
+    assert [row.id for row in rows] == ids  # the tie on one instant broken by id
+    assert chunks == [CEILING, len(ids) - CEILING] == [7, 5] and log.batches == 2

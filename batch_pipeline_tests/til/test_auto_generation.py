@@ -1,14 +1,20 @@
 """TIL auto-generation: active users of day D, one new summary + TIL_GENERATION job each."""
 
+import math
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from sqlalchemy import text
 
 from batch_pipeline.san.dispatch import Dispatcher
+from batch_pipeline.san.indexes import SCRAPS_CREATED_AT_INDEX
+from batch_pipeline.san.schema import create_recommended_indexes
 from batch_pipeline.san.tables import PENDING, TIL_GENERATION
+from batch_pipeline.til import auto_generation
 from batch_pipeline.til.auto_generation import create_daily_tils, day_bounds, detect_users_of_day
 from batch_pipeline_tests.conftest import DiesOnBatch
+from batch_pipeline_tests.sweeps import chunks_of_each_sweep, small_chunks
 
 SEOUL = ZoneInfo("Asia/Seoul")
 D = date(2026, 11, 28)
@@ -190,3 +196,27 @@ def test_a_user_deleted_between_detection_and_write_is_skipped_and_reported(san_
     assert (report.summaries_created, report.users_gone) == (1, [leaves])
     assert [summary.user_id for summary in san_db.summaries()] == [stays]
     assert report.metadata()["users_gone"] == 1 and report.metadata()["users_gone_ids"] == [leaves]
+
+
+def test_the_day_s_users_read_in_chunks_are_what_one_grouped_statement_finds(san_db, monkeypatch):
+    """In chunks of 3 scraps (several on one instant: the chunks' keyset breaks the tie by id),
+    and without the created_at index in one statement: the same users and counts."""
+    small_chunks(monkeypatch, 3)
+    chunked = chunks_of_each_sweep(monkeypatch, auto_generation, "swept_after")
+    users = [san_db.user() for _ in range(3)]
+    for number in range(17):
+        instant = at(D, 9) if number < 6 else at(D, 10, number)
+        san_db.scrap(users[number % 3], created_at=instant, card=number % 2 == 0)
+    san_db.scrap(users[0], created_at=at(D, 0) - timedelta(microseconds=1), card=True)
+    san_db.scrap(users[1], created_at=at(D + timedelta(days=1), 0), card=True)
+    expected = [
+        {"user_id": user, "scrap_count": count, "card_count": cards}
+        for user, count, cards in [(users[0], 6, 3), (users[1], 6, 3), (users[2], 5, 3)]
+    ]
+    create_recommended_indexes(san_db.engine)
+    assert users_of(san_db).to_dict("records") == expected
+    assert chunked == [math.ceil(17 / 3) + (17 % 3 == 0)]  # the last chunk is the short one
+    with san_db.engine.begin() as conn:
+        conn.execute(text(f"DROP INDEX {SCRAPS_CREATED_AT_INDEX}"))
+    assert users_of(san_db).to_dict("records") == expected
+    assert len(chunked) == 1  # without the index: one statement, not a scan per chunk
