@@ -9,7 +9,7 @@ import pytest
 
 from batch_pipeline.recovery.registry import AREAS, RECOVERIES
 from batch_pipeline_tests.conftest import pg_admin_url
-from bench import app_latency, baseline
+from bench import app_latency, baseline, step_load
 from bench.runner import run_benchmark
 
 pytestmark = pytest.mark.system  # runs the benchmark scripts end to end
@@ -209,3 +209,22 @@ def test_the_metrics_scrape_benchmark_times_a_reading_with_and_without_the_index
     assert figures["with_indexes_ms"] > 0 and figures["without_indexes_ms"] > 0
     [line] = lines
     assert "25 ghosts counted" in line and "with the recommended indexes" in line
+
+
+def test_the_step_benchmark_reads_the_run_s_writes_back_and_times_the_app(capsys):
+    """bench/step_load.py at a toy scale: the run's jobs are read back from SAN's rows (not
+    pgbench's), the app's windows hold transactions, the verdict line is printed."""
+    prefix = f"bp_step_{uuid.uuid4().hex[:8]}"
+    argv = ["--scale", "0.001", "--quiet", "7", "--load-for", "7", "--step-at", "0"]
+    assert step_load.main([*argv, "--server-url", pg_admin_url(), "--prefix", prefix]) == 0
+    out = capsys.readouterr().out
+    created = re.search(r"recovery_job success in .* s, ([\d,]+) jobs created", out)
+    assert created and int(created[1].replace(",", "")) > 0, out
+    alone, loaded = re.findall(r"^  app(?: alone|, first 30 s) +(\d+) tx", out, re.M)
+    assert int(alone) > 0 and int(loaded) > 0, out
+    assert re.search(
+        r"^drop_after_s=(never|\d+\.\d) back_after_s=(never|\d+\.\d) quiet_p99_ms=\d+\.\d\d "
+        r"load_p99_ms=\d+\.\d\d ratio=\d+\.\d\d$",
+        out,
+        re.M,
+    ), out

@@ -442,16 +442,20 @@ def seed_template(server: Server, template: str, scale: Scale, args) -> None:
         conn.execute("VACUUM ANALYZE")
 
 
-def main(argv=None) -> int:
+def app_parser(prog: str, doc: str, rate: float) -> argparse.ArgumentParser:
+    """The options of a benchmark where pgbench plays the app beside a run."""
     parser = argparse.ArgumentParser(
-        prog="python -m bench.app_latency",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--server-url", default=DEFAULT_SERVER_URL)
     parser.add_argument("--scale", type=float, default=1.0)
-    parser.add_argument("--rate", type=float, default=150.0, help="app transactions per second")
+    parser.add_argument("--rate", type=float, default=rate, help="app transactions per second")
     parser.add_argument("--clients", type=int, default=4)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = app_parser("python -m bench.app_latency", __doc__, rate=150.0)
     parser.add_argument(
         "--quiet",
         type=float,
@@ -537,6 +541,9 @@ def main(argv=None) -> int:
             )
             print(f"  quiet       {summary(quiet)}  {host.describe('quiet', 'during')}")
             print(f"  during run  {summary(during)}  {host.describe('during', 'after')}")
+            if quiet and during:
+                ratio = percentile(during, 0.99) / percentile(quiet, 0.99)
+                print(f"  this repeat's p99 during the run / quiet: {ratio:.2f}")
             if host.spoiled_the_quiet_window() or host.steal("during", "after") > NOISY_STEAL:
                 noisy.append(repeat)
             for name, values in by_step.items():

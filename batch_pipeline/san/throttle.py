@@ -8,17 +8,15 @@ feels it, the app's active sessions, app sessions blocked by ours, replica lag),
 Throttle applies `decide`, a pure function of what was read during the last batch and of the
 batches so far, in three zones:
 
-- quiet (probe transactions as fast as the learned quiet baseline, no app session at work
-  within APP_AT_WORK_WITHIN): no
-  rest, and the batch grows toward TARGET_BATCH_SECONDS of work (pt-online-schema-change's
-  chunk time), at most x GROWTH per batch;
-- busy (the app at work, or its transactions SLOWDOWN_AT times slower than the baseline):
-  the batch halves down to APP_BATCH_SECONDS of work, and the rest grows with the slowdown from
-  BUSY_REST_RATIO to MAX_REST_RATIO times the batch's own work;
+- quiet (probes as fast as the learned quiet baseline, no app session at work within
+  APP_AT_WORK_WITHIN): no rest, and the batch grows toward TARGET_BATCH_SECONDS of work
+  (pt-online-schema-change's chunk time), at most x GROWTH per batch;
+- busy (the app at work, or its transactions SLOWDOWN_AT times slower than the baseline): the
+  batch is APP_BATCH_SECONDS of work (`busy_size`), and the rest grows with the slowdown
+  from BUSY_REST_RATIO to MAX_REST_RATIO times the batch's own work;
 - critical (probes CRITICAL_AT times the baseline, an app session blocked by ours, replica lag
-  past CRITICAL_LAG, the app's sessions far past the cores): the smallest batch, and a rest of
-  CRITICAL_REST, so the run still makes progress (one small batch every few seconds) and
-  finishes within its max_runtime.
+  past CRITICAL_LAG, the app's sessions far past the cores): the smallest batch and a rest of
+  CRITICAL_REST: the run still progresses (a small batch every few seconds) within max_runtime.
 
 A rest is proportional to the batch's own work, estimated from the rows it wrote at the measured
 seconds per row, never to its wall time: a batch that waited for a lock rests no longer than one
@@ -44,11 +42,9 @@ MAX_BATCH = 5_000
 START_BATCH = 100
 SLOWDOWN_AT = 1.5  # probe time / quiet baseline where the throttle starts to back off
 CRITICAL_AT = 4.0  # ... where it writes the least it can
-# While the app is at work, a batch of ours holds its commits behind our WAL and competes for
-# its cores: batches of about APP_BATCH_SECONDS, then a rest of BUSY_REST_RATIO times their
-# work when its transactions are not slowed, up to MAX_REST_RATIO as they slow down.
-# Well above a batch's fixed cost under load (round trips, commit): at 0.005 s batches fell to
-# MIN_BATCH, the rest multiplied their overhead, and a 20,000-row run outlived 600 s.
+# While the app works, our batches hold its commits behind our WAL and take its cores: batches
+# of APP_BATCH_SECONDS (well above a batch's fixed cost: at 0.005 s they fell to MIN_BATCH and
+# the rest multiplied their overhead), resting BUSY_REST_RATIO to MAX_REST_RATIO times that.
 APP_BATCH_SECONDS = 0.02
 BUSY_REST_RATIO = 25.0
 MAX_REST_RATIO = 60.0
@@ -56,17 +52,14 @@ CRITICAL_REST = 3.0  # seconds between two smallest batches in the critical zone
 CRITICAL_LAG = 30.0  # seconds of replica replay lag
 BUSY_LOAD = 0.75  # the app's active sessions per database core
 APP_AT_WORK_WITHIN = 1.0  # seconds: an app session that ran a statement this recently is at work
-CRITICAL_LOAD = 2.0
+CRITICAL_LOAD = 2.0  # ... past which it is critical
 REACT_EVERY = 0.5  # seconds between two decisions during a rest
-# Readings are taken by a sampler beside the writes, this often: what an app transaction feels
-# while a batch of ours runs is what matters, and a reading between batches never sees it.
-SAMPLE_EVERY = 0.1
-# A batch is judged by this quantile of the probe times read while it ran (and since).
-JUDGED_QUANTILE = 0.9
+# Readings beside the writes, this often: a reading between two batches never sees what an app
+SAMPLE_EVERY = 0.1  # transaction feels while a batch of ours runs
+JUDGED_QUANTILE = 0.9  # of the probe times read while a batch ran (and since): its judge
 FALLBACK_REST_RATIO = 30.0  # without signals: the batch-time rule
-# The quiet baseline: the fastest probe transaction this run has seen (a run is minutes: what a
-# database is like for good is learned again by the next), never below BASELINE_FLOOR. A
-# reading is judged by the median of the last SMOOTHED readings: one slow fsync is noise.
+# The quiet baseline: the fastest probe this run has seen (the next run learns it again), never
+# below BASELINE_FLOOR; a reading is judged by the median of SMOOTHED (one slow fsync is noise).
 BASELINE_FLOOR = 0.0005
 SMOOTHED = 3
 QUIET, BUSY, CRITICAL = "quiet", "busy", "critical"
@@ -192,8 +185,7 @@ class Sampler:
 
 
 def learned_baseline(baseline: float | None, probe_seconds: float) -> float:
-    """The quiet baseline after a reading: the fastest probe seen. Sustained load is never
-    learned as quiet."""
+    """The quiet baseline after a reading: the fastest probe seen (load is never learned)."""
     reading = max(probe_seconds, BASELINE_FLOOR)
     return reading if baseline is None else min(baseline, reading)
 
@@ -228,6 +220,15 @@ def measured_cost(state: ThrottleState, rows: int, seconds: float) -> float | No
 def smallest(state: ThrottleState) -> int:
     """The smallest batch: MIN_BATCH, unless the aims cap batches below it."""
     return min(MIN_BATCH, state.max_batch)
+
+
+def busy_size(state: ThrottleState, cost: float | None) -> int:
+    """The next batch while the app works: APP_BATCH_SECONDS of work at once from a larger one,
+    grown back to it at most x GROWTH from a smaller one (critical's), held there (every busy
+    batch once halved: a sweep fell to chunks of 10 ids and outlived its run)."""
+    app_sized = int(APP_BATCH_SECONDS / cost) if cost else state.batch_size
+    size = min(app_sized, int(state.batch_size * GROWTH))
+    return max(smallest(state), min(size, state.max_batch))
 
 
 @dataclass(frozen=True)
@@ -271,8 +272,7 @@ def decide(
     elif zone == BUSY and rows == 0:  # a reading during a rest: no batch to size again
         size, rest = state.batch_size, 0.0
     elif zone == BUSY:
-        app_sized = APP_BATCH_SECONDS / cost if cost else state.batch_size
-        size = max(smallest(state), int(min(state.batch_size // 2, app_sized)))
+        size = busy_size(state, cost)
         # BUSY_REST_RATIO while the app's transactions are not slowed, MAX_REST_RATIO at critical
         share = (slowdown - 1.0) / (CRITICAL_AT - 1.0)
         rest = work * (
@@ -325,9 +325,8 @@ class Throttle:
         sampler: Sampler | None = None,
         aims: ThrottleState = WRITE_AIMS,
     ):
-        """`sampler`: readings taken beside the writes (the runtime's way); without one each
-        decision reads once, now (a test's simulated signals). `aims`: the quiet batch's
-        target_seconds and max_batch, if not a write batch's."""
+        """`sampler`: readings beside the writes (without one each decision reads once, now: a
+        test's simulated signals). `aims`: a quiet batch's target_seconds and max_batch."""
         self.read_signals, self.overrides, self.sampler = read_signals, overrides, sampler
         self.sleep = sleep
         self.state = replace(aims, batch_size=overrides.batch_size or aims.batch_size)

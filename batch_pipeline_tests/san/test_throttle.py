@@ -68,14 +68,25 @@ def test_a_quiet_database_gets_no_rest_and_batches_of_the_target_time():
     assert all(b <= a * 2 for a, b in zip([START_BATCH, *sizes], sizes, strict=False))
 
 
-def test_slower_commits_halve_the_batch_and_rest_longer_the_slower_they_get():
-    busy = run(learned(), [signals(slowdown=2.0)] * 3)
-    slower = run(learned(), [signals(slowdown=3.5)] * 3)
-    assert [s.state.zone for s in busy] == [BUSY] * 3
-    assert [s.state.batch_size for s in busy] == [50, 25, 12]
-    work = busy[0].state.batch_size * 2 * ROW_COST  # the batch before it: twice as large
-    assert work < busy[0].rest_seconds < MAX_REST_RATIO * work
-    assert slower[0].rest_seconds > busy[0].rest_seconds
+APP_SIZED = int(APP_BATCH_SECONDS / ROW_COST)  # a busy batch's rows: 200
+
+
+def test_slower_commits_shrink_the_batch_and_rest_longer_the_slower_they_get():
+    quiet = ThrottleState(baseline=QUIET_COMMIT, seconds_per_row=ROW_COST, batch_size=2_500)
+    busy = run(quiet, [signals(slowdown=2.0)] * 6)
+    slower = run(quiet, [signals(slowdown=3.5)] * 6)
+    assert [s.state.zone for s in busy] == [BUSY] * 6
+    # APP_BATCH_SECONDS of work at once, then holding there: never down to MIN_BATCH
+    assert [s.state.batch_size for s in busy] == [APP_SIZED] * 6
+    work = busy[-1].state.batch_size * ROW_COST
+    assert work < busy[-1].rest_seconds < MAX_REST_RATIO * work
+    assert slower[-1].rest_seconds > busy[-1].rest_seconds
+
+
+def test_busy_after_critical_grows_back_to_its_size_at_most_doubling():
+    steps = run(learned(), [signals(blocked=1)] + [signals(at_work=2)] * 6)
+    sizes = [step.state.batch_size for step in steps]
+    assert sizes == [MIN_BATCH, 20, 40, 80, 160, APP_SIZED, APP_SIZED]
 
 
 def test_critical_load_writes_the_smallest_batches_yet_progresses():

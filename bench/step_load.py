@@ -1,0 +1,199 @@
+"""How fast the throttle follows the app: a recovery_job healing an idle database when the app's
+traffic steps from nothing to `--rate` transactions per second, holds for `--load-for` seconds,
+and stops again.
+
+On a fresh copy of bench.app_latency's template (`--scale`; one this call seeds is dropped at
+the end unless `--keep-template`; the scale is not checked against a kept one): pgbench
+plays the app alone (APP_SCRIPT) at `--rate` for `--quiet` seconds, the quiet reference of its
+p99; then the run starts (caps lifted, in a process of its own through Dagster) on the idle
+database; `--step-at` seconds after its first write, pgbench starts again at `--rate`, for
+`--load-for` seconds. The run's writes are read back from SAN's rows afterwards: the jobs it
+created (every job created meanwhile but pgbench's, which are SCRAP_REFINE jobs for scraps
+pgbench made), by the transaction that created them, per BUCKET_S. Prints the run's writes per
+second before the step, in the 2 s after it and from 2 s after it to the end of the load, and
+after the load; how long after the step its write rate first fell below half of what it was,
+and how long after the load ended it first came back to half of it; and the app's p99 over
+the first JUDGED_S of the load against its quiet p99. The last line is machine-readable:
+
+    drop_after_s=D back_after_s=B quiet_p99_ms=Q load_p99_ms=L ratio=R
+
+    .venv/bin/python -m bench.step_load [--scale 1] [--rate 300] [--step-at 2] [--load-for 40]
+"""
+
+import multiprocessing
+import subprocess
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg
+
+from bench.app_latency import (
+    APP_SCRIPT,
+    PREFIX,
+    app_parser,
+    latencies,
+    one_recovery_run,
+    percentile,
+    seed_template,
+    settle_the_disk,
+)
+from bench.runner import LIFTED, Server, db_url, psycopg_conninfo
+from bench.seed import Scale
+
+BUCKET_S = 0.5
+JUDGED_S = 30.0  # the app's p99 over this much of the load
+# the run's jobs: every job created since it started but pgbench's (the refine jobs of scraps
+# pgbench created, past the copy's last scrap)
+RUN_WRITES = """
+    SELECT extract(epoch FROM created_at) FROM jobs
+     WHERE created_at >= to_timestamp(%(since)s)
+       AND NOT (job_type = 'SCRAP_REFINE' AND target_id > %(last_scrap)s)
+"""
+LAST_SCRAP = "SELECT coalesce(max(id), 0) FROM scraps"
+FIRST_WRITE = RUN_WRITES + " LIMIT 1"
+
+
+def pgbench(args, script: Path, folder: Path, database: str, seconds: float) -> subprocess.Popen:
+    conninfo = psycopg_conninfo(db_url(args.server_url, database))
+    return subprocess.Popen(
+        [
+            "pgbench", "--no-vacuum", "--file", str(script), "--client", str(args.clients),
+            "--jobs", str(min(args.clients, 2)), "--rate", str(args.rate), "--time",
+            str(int(seconds)), "--log", "--log-prefix", str(folder / "app"),
+            "--host", conninfo.get("host", "127.0.0.1"), "--port", str(conninfo.get("port", 5432)),
+            "--username", conninfo.get("user", "postgres"), database,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+
+def app_alone(args, script: Path, database: str) -> list[float]:
+    """The app's latencies at `--rate` with nothing else running (its first seconds aside)."""
+    folder = Path(tempfile.mkdtemp(prefix="step_quiet_"))
+    started = time.time()
+    pgbench(args, script, folder, database, args.quiet).communicate(timeout=args.quiet + 60)
+    return [ms for ended, ms in latencies(folder) if ended >= started + 5]
+
+
+def the_step(args, script: Path, database: str, conninfo: dict, last_scrap: int):
+    """The run on the idle database, the load stepped up and down during it: (run started,
+    step, load ended, run ended, the load's latencies, success)."""
+    context = multiprocessing.get_context("spawn")
+    ready, go, results = context.Event(), context.Event(), context.Queue()
+    url = db_url(args.server_url, database)
+    run = context.Process(
+        target=one_recovery_run, args=(url, None, dict(LIFTED), False, "", ready, go, results)
+    )
+    run.start()
+    ready.wait(timeout=300)
+    go.set()
+    run_started = time.time()
+    with psycopg.connect(**conninfo, autocommit=True) as conn:
+        found = {"since": run_started, "last_scrap": last_scrap}
+        while run.is_alive() and not conn.execute(FIRST_WRITE, found).fetchone():
+            time.sleep(0.05)  # a run that wrote nothing steps the load when it ends
+    time.sleep(args.step_at)
+    folder = Path(tempfile.mkdtemp(prefix="step_load_"))
+    step = time.time()
+    pgbench(args, script, folder, database, args.load_for).communicate(timeout=args.load_for + 60)
+    load_ended = time.time()
+    run_started, run_ended, success, *_ = results.get(timeout=3_600)
+    run.join()
+    load = [ms for ended, ms in latencies(folder) if step <= ended < step + JUDGED_S]
+    return run_started, step, load_ended, run_ended, load, success
+
+
+def rate(instants: list[float], start: float, end: float) -> float:
+    return sum(start <= at < end for at in instants) / max(end - start, 1e-9)
+
+
+def first_bucket(instants, start: float, end: float, test) -> float | None:
+    """Seconds from `start` to the first BUCKET_S whose write rate passes `test`."""
+    at = start
+    while at < end:
+        if test(rate(instants, at, at + BUCKET_S)):
+            return at - start
+        at += BUCKET_S
+    return None
+
+
+def report(instants, step, load_ended, run_ended, quiet, load) -> str:
+    first_write = min(instants, default=step)
+    before = rate(instants, first_write, step)
+    windows = {
+        "from its first to the step": (first_write, step),
+        "the 2 s after it": (step, step + 2),
+        "2 s after it to the load's end": (step + 2, load_ended),
+        "after the load": (load_ended, run_ended),
+    }
+    for name, (start, end) in windows.items():
+        print(f"  run's writes {name:32s} {rate(instants, start, end):9,.0f} rows/s")
+    drop = first_bucket(instants, step, load_ended, lambda r: r < before / 2)
+    back = first_bucket(instants, load_ended, run_ended, lambda r: r >= before / 2)
+    quiet_p99, load_p99 = percentile(quiet, 0.99), percentile(load, 0.99)
+    print(f"  app alone         {len(quiet):6d} tx  p99 {quiet_p99:6.2f} ms")
+    print(f"  app, first {JUDGED_S:.0f} s  {len(load):6d} tx  p99 {load_p99:6.2f} ms")
+    return (
+        f"drop_after_s={'never' if drop is None else f'{drop:.1f}'} "
+        f"back_after_s={'never' if back is None else f'{back:.1f}'} "
+        f"quiet_p99_ms={quiet_p99:.2f} load_p99_ms={load_p99:.2f} ratio={load_p99 / quiet_p99:.2f}"
+    )
+
+
+def main(argv=None) -> int:
+    parser = app_parser("python -m bench.step_load", __doc__, rate=300.0)
+    parser.add_argument("--quiet", type=float, default=40.0, help="seconds of the app alone")
+    parser.add_argument("--step-at", type=float, default=2.0, help="seconds after the 1st write")
+    parser.add_argument("--load-for", type=float, default=40.0)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--prefix", default=PREFIX, help="bench.app_latency's, for its template")
+    parser.add_argument("--without-indexes", action="store_true")
+    parser.add_argument(
+        "--keep-template", action="store_true", help="keep a template this call had to seed"
+    )
+    args = parser.parse_args(argv)
+    server, scale = Server(args.server_url, args.prefix), Scale(args.scale)
+    template, copy = f"{args.prefix}_template", f"{args.prefix}_step"
+    seeded_here = not server.exists(template)
+    if seeded_here:
+        seed_template(server, template, scale, args)
+    script = Path(tempfile.mkdtemp(prefix="step_")) / "san_app.sql"
+    script.write_text(APP_SCRIPT.format(scraps=scale.scraps, users=scale.users))
+    print(
+        f"# the app stepping 0 -> {args.rate:g} tx/s -> 0 during a recovery_job: scale "
+        f"{args.scale}, caps lifted, load {args.load_for:g} s from {args.step_at:g} s after the "
+        f"run's first write; {datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
+    )
+    try:
+        for repeat in range(1, args.repeats + 1):
+            server.create(copy, template=template)
+            settle_the_disk()
+            conninfo = psycopg_conninfo(db_url(args.server_url, copy))
+            with psycopg.connect(**conninfo, autocommit=True) as conn:
+                last_scrap = conn.execute(LAST_SCRAP).fetchone()[0]
+            quiet = app_alone(args, script, copy)
+            started, step, load_ended, ended, load, success = the_step(
+                args, script, copy, conninfo, last_scrap
+            )
+            with psycopg.connect(**conninfo, autocommit=True) as conn:
+                found = conn.execute(RUN_WRITES, {"since": started, "last_scrap": last_scrap})
+                instants = [float(row[0]) for row in found]
+            print(
+                f"repeat {repeat}: recovery_job {'success' if success else 'FAILED'} in "
+                f"{ended - started:.1f} s, {len(instants):,} jobs created; the load from "
+                f"{step - started:.1f} s to {load_ended - started:.1f} s"
+            )
+            print(report(instants, step, load_ended, ended, quiet, load))
+    finally:
+        server.drop(copy)
+        if seeded_here and not args.keep_template:
+            server.drop(template)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
