@@ -31,7 +31,7 @@ class WriteConfig(Config):
         le=MAX_BATCH_SIZE,
         description="Rows per write transaction (each batch commits on its own). Unset: the "
         "throttle sizes each batch to about a quarter second of work on a quiet database (10 to "
-        "5,000 rows), halves it when SAN's database gets busy (docs/configuration.md, "
+        "5,000 rows), to about 20 ms of work while SAN's app is at work (docs/configuration.md, "
         '"The throttle"); a number fixes it.',
     )
     lock_timeout_ms: int = Field(
