@@ -2,13 +2,17 @@
 sessions (not ours), an app session waiting for a lock batch_pipeline holds."""
 
 import threading
+import uuid
 
-from sqlalchemy import create_engine, text
+import psycopg
+import pytest
+from sqlalchemy import create_engine, make_url, text
 
-from batch_pipeline.san.database import write_transaction
+from batch_pipeline.san.database import create_san_engine, write_transaction
 from batch_pipeline.san.dialects.postgresql.load import read_load
 from batch_pipeline.san.tables import CARD_ANALYSIS, PENDING
 from batch_pipeline.san.throttle import APP_AT_WORK_WITHIN
+from batch_pipeline_tests.conftest import pg_admin_url
 
 
 def app_engine(pg_db):
@@ -60,21 +64,44 @@ def test_an_app_session_at_work_and_one_blocked_by_ours_are_counted(pg_db):
     app.dispose()
 
 
-def test_an_app_between_two_short_transactions_is_at_work_until_it_has_been_idle_a_while(pg_db):
-    app = app_engine(pg_db)
+@pytest.fixture
+def own_database():
+    """A database of this test's own: the at-work count is per database, and the shared test
+    database holds other tests' sessions. Yields (batch_pipeline's engine, the app's)."""
+    name = f"bp_load_{uuid.uuid4().hex[:10]}"
+    admin = psycopg.connect(
+        make_url(pg_admin_url()).set(drivername="postgresql").render_as_string(hide_password=False),
+        autocommit=True,
+    )
+    admin.execute(f"CREATE DATABASE {name}")
+    url = make_url(pg_admin_url()).set(drivername="postgresql+psycopg", database=name)
+    ours = create_san_engine(url.render_as_string(hide_password=False))
+    app = create_engine(url, connect_args={"application_name": "san-app"})
+    try:
+        yield ours, app
+    finally:
+        ours.dispose(), app.dispose()
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.close()
+
+
+def test_an_app_between_two_short_transactions_is_at_work_until_it_has_been_idle_a_while(
+    own_database,
+):
+    ours, app = own_database
     with app.connect() as conn:  # idle, connected: as a pool's connection waits
         conn.execute(text("SELECT 1"))
-        just_now = read_load(pg_db.engine)
+        just_now = read_load(ours)
         threading.Event().wait(APP_AT_WORK_WITHIN + 0.5)
-        later = read_load(pg_db.engine)
-    app.dispose()
+        later = read_load(ours)
     assert just_now.active_app_sessions == 0  # nothing running at the instant of the reading
     assert just_now.app_sessions_at_work == 1
     assert later.app_sessions_at_work == 0
 
 
-def test_batch_pipelines_own_sessions_are_never_the_app_at_work(pg_db):
-    with pg_db.engine.connect() as conn:
+def test_batch_pipelines_own_sessions_are_never_the_app_at_work(own_database):
+    ours, _ = own_database
+    with ours.connect() as conn:
         conn.execute(text("SELECT 1"))
-        reading = read_load(pg_db.engine)
+        reading = read_load(ours)
     assert reading.app_sessions_at_work == 0
