@@ -327,6 +327,20 @@ def summary(values: list[float]) -> str:
     )
 
 
+def pgbench_command(
+    args, script: Path, folder: Path, conninfo: dict, database: str, seconds: float
+) -> list[str]:
+    """pgbench playing the app (`script`) at `--rate` from `--clients` for `seconds`, logging
+    each transaction under `folder` (read back by `latencies`)."""
+    return [
+        "pgbench", "--no-vacuum", "--file", str(script), "--client", str(args.clients),
+        "--jobs", str(min(args.clients, 2)), "--rate", str(args.rate),
+        "--time", str(int(seconds)), "--log", "--log-prefix", str(folder / "app"),
+        "--host", conninfo.get("host", "127.0.0.1"), "--port", str(conninfo.get("port", 5432)),
+        "--username", conninfo.get("user", "postgres"), database,
+    ]  # fmt: skip
+
+
 def one_repeat(
     server: Server, template: str, args, script: Path, folder: Path
 ) -> tuple[list, list, list, tuple, dict]:
@@ -358,18 +372,14 @@ def one_repeat(
     pgbench = subprocess.Popen(
         [
             *(["nice", "-n", "-10"] if args.hosts_apart else []),
-            "pgbench", "--no-vacuum", "--file", str(script), "--client", str(args.clients),
-            "--jobs", str(min(args.clients, 2)), "--rate", str(args.rate),
-            "--time", str(int(args.quiet + RUN_BUDGET_S + args.after)), "--log", "--log-prefix",
-            str(folder / "app"), "--host", conninfo.get("host", "127.0.0.1"),
-            "--port", str(conninfo.get("port", 5432)),
-            "--username", conninfo.get("user", "postgres"),
-            copy,
+            *pgbench_command(
+                args, script, folder, conninfo, copy, args.quiet + RUN_BUDGET_S + args.after
+            ),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-    )  # fmt: skip
+    )
     pgbench_started = time.time()
     sampler = WaitSampler(conninfo) if args.sample_waits else None
     if sampler:

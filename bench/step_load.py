@@ -36,6 +36,7 @@ from bench.app_latency import (
     latencies,
     one_recovery_run,
     percentile,
+    pgbench_command,
     seed_template,
     settle_the_disk,
 )
@@ -58,17 +59,11 @@ FIRST_WRITE = RUN_WRITES + " LIMIT 1"
 def pgbench(args, script: Path, folder: Path, database: str, seconds: float) -> subprocess.Popen:
     conninfo = psycopg_conninfo(db_url(args.server_url, database))
     return subprocess.Popen(
-        [
-            "pgbench", "--no-vacuum", "--file", str(script), "--client", str(args.clients),
-            "--jobs", str(min(args.clients, 2)), "--rate", str(args.rate), "--time",
-            str(int(seconds)), "--log", "--log-prefix", str(folder / "app"),
-            "--host", conninfo.get("host", "127.0.0.1"), "--port", str(conninfo.get("port", 5432)),
-            "--username", conninfo.get("user", "postgres"), database,
-        ],
+        pgbench_command(args, script, folder, conninfo, database, seconds),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-    )  # fmt: skip
+    )
 
 
 def app_alone(args, script: Path, database: str) -> list[float]:
