@@ -43,14 +43,17 @@ from batch_pipeline.san.database import database_now, read_transaction
 from batch_pipeline.san.memory import paused_gc
 from batch_pipeline.san.ops import (
     CHECK_NODE,
+    SWEPT,
     as_metadata,
     committed_by_failed_attempts,
+    paced,
     retried_on_error,
     retried_only_if_transient,
     san_database_check_op,
     warn_about_unannounced_jobs,
 )
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
+from batch_pipeline.san.sweep import sweep_pacing
 
 
 def tag_the_run_as_healing(context: OpExecutionContext, settings: RecoveryConfig) -> None:
@@ -74,6 +77,7 @@ def audit_trail(context: AssetExecutionContext, recovery, report: RecoveryReport
         f"{report.exhausted}, deferred {report.deferred}, skipped by race {report.skipped_by_race}"
         + (" (dry run: nothing written)" if report.dry_run else "")
         + paced(report.throttle)
+        + paced(report.detection_throttle, SWEPT)
     )
     warn_about_unannounced_jobs(context, report.area, report.announce_failures)
     if report.dry_run:
@@ -87,17 +91,6 @@ def audit_trail(context: AssetExecutionContext, recovery, report: RecoveryReport
     yield Output(None, recovery.name)
     yield checks.exhausted_targets(report, earlier)
     yield checks.deferred_backlog(report, earlier)
-
-
-def paced(throttle: dict) -> str:
-    """How the throttle paced the writes, for the log (san/throttle.py)."""
-    if not throttle.get("batches"):
-        return ""
-    why = f": {throttle['why_it_slowed']}" if throttle.get("why_it_slowed") else ""
-    return (
-        f"; wrote {throttle['rows']} rows in {throttle['batches']} batches over "
-        f"{throttle['write_seconds']} s, rested {throttle['rest_seconds']} s{why}"
-    )
 
 
 def tag_what_the_run_healed(context: AssetExecutionContext, recovery, healed: int) -> None:
@@ -306,6 +299,7 @@ def recover_op(recovery: Recovery, frame_type) -> OpDefinition:
                 same_candidates=True,
             )
         report.includes_writes_of_runs = writing.lists_writes_of if report.written_earlier else []
+        report.detection_throttle = sweep_pacing(candidates)
         yield from audit_trail(context, recovery, report)
         if not settings.policy.dry_run:
             # the writes of the run this one re-executes, listed above with its own

@@ -247,6 +247,8 @@ class RecoveryReport:
     ids_truncated: bool = False  # an earlier attempt's id lists were cut already
     # How the throttle paced this attempt's writes (san/throttle.py, ThrottleLog.metadata).
     throttle: dict = field(default_factory=dict)
+    # ... and its detection's full sweep (san/sweep.py; {} without one)
+    detection_throttle: dict = field(default_factory=dict)
     # Runs whose writes at this run's write instant it lists (the run it re-executes).
     includes_writes_of_runs: list[str] = field(default_factory=list)
 
@@ -276,6 +278,7 @@ class RecoveryReport:
             ),
             "thresholds": self.thresholds,
             **({"throttle": self.throttle} if self.throttle else {}),
+            **({"detection_throttle": self.detection_throttle} if self.detection_throttle else {}),
         }
 
     def committed_metadata(self, failed_attempt: int) -> dict:

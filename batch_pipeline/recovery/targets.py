@@ -29,7 +29,7 @@ from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.frames import INT, UTC_DATETIME, FrameSchema, frame_instant
 from batch_pipeline.san.job_source import Eligibility, EnqueueRequest, JobSource
 from batch_pipeline.san.limits import WriteLimits
-from batch_pipeline.san.sweep import swept
+from batch_pipeline.san.sweep import swept, with_sweep_pacing
 from batch_pipeline.san.tables import holds_its_target, jobs
 
 LOG = logging.getLogger(__name__)
@@ -279,7 +279,7 @@ def detect_targets(
         query = detect_query(recovery, created_before=created_before, created_since=now - lookback)
         return recovery.frame.from_rows(conn.execute(query))
     dialect(conn).avoid_full_scans(conn, recovery.full_sweep_prefers)  # transaction-local
-    rows, _ = swept(
+    rows, pacing = swept(
         conn,
         recovery.table.c.id,
         lambda after, upto: conn.execute(
@@ -288,6 +288,5 @@ def detect_targets(
         limits,
     )
     frame = recovery.frame.from_rows(rows)
-    return frame.sort_values([recovery.grace_column, recovery.id_key], kind="stable").reset_index(
-        drop=True
-    )
+    ordered = frame.sort_values([recovery.grace_column, recovery.id_key], kind="stable")
+    return with_sweep_pacing(ordered.reset_index(drop=True), pacing)

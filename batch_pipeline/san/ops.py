@@ -227,3 +227,18 @@ def committed_by_failed_attempts(
         ):
             committed.append({key: value.value for key, value in observation.metadata.items()})
     return committed
+
+
+SWEPT = "its detection read in {batches} chunks"
+
+
+def paced(throttle: dict, doing: str = "wrote {rows} rows in {batches} batches") -> str:
+    """How the throttle paced the writes (or, with `doing`, a detection's sweep), for the log
+    (san/throttle.py, ThrottleLog.metadata)."""
+    if not throttle.get("batches"):
+        return ""
+    why = f": {throttle['why_it_slowed']}" if throttle.get("why_it_slowed") else ""
+    return (
+        f"; {doing.format(**throttle)} over {throttle['write_seconds']} s, rested "
+        f"{throttle['rest_seconds']} s{why}"
+    )

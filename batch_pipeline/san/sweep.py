@@ -9,12 +9,16 @@ signals (SQLite) the chunks do not rest: the statement bound is what a sweep nee
 `swept_after` is the same sweep over a key that is not an integer range (the TIL day's scraps,
 in (created_at, id) order on the created_at index): each chunk is the next rows past the last
 key read, at most as many as the throttle allows.
+
+How a sweep was paced travels with the frame its detection returns (`with_sweep_pacing`), so
+the area's audit says how long the detection read and rested, and why, beside its writes'.
 """
 
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import pandas as pd
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.engine import Connection
 
@@ -31,6 +35,19 @@ CHUNK_AIMS = ThrottleState(
     max_batch=MAX_CHUNK_IDS,
     fallback_rest_ratio=0.0,
 )
+# the frame's attrs key (pandas keeps attrs through pickling: the IO manager's hand-over)
+SWEEP_PACING = "detection_throttle"
+
+
+def with_sweep_pacing(frame: pd.DataFrame, log: ThrottleLog) -> pd.DataFrame:
+    """`frame`, carrying how the sweep that read it was paced (ThrottleLog.metadata)."""
+    frame.attrs[SWEEP_PACING] = log.metadata()
+    return frame
+
+
+def sweep_pacing(frame: pd.DataFrame) -> dict:
+    """How the sweep behind `frame` was paced; {} for a frame read without one."""
+    return dict(frame.attrs.get(SWEEP_PACING, {}))
 
 
 def swept(

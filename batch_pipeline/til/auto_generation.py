@@ -31,7 +31,7 @@ from batch_pipeline.san.frames import INT, FrameSchema
 from batch_pipeline.san.indexes import SCRAPS_CREATED_AT_INDEX
 from batch_pipeline.san.job_source import JobSource
 from batch_pipeline.san.limits import WriteLimits
-from batch_pipeline.san.sweep import swept_after
+from batch_pipeline.san.sweep import sweep_pacing, swept_after, with_sweep_pacing
 from batch_pipeline.san.tables import (
     TIL_GENERATION,
     daily_summaries,
@@ -93,10 +93,11 @@ def detect_users_of_day(
     The day's scraps are read in chunks paced by the throttle (san/sweep.py), not in one
     statement that holds a core for as long as the day is large. Without the created_at index
     each chunk would scan the table: one statement then, as its scan is the same."""
+    pacing = None
     if dialect(conn).missing_valid_indexes(conn, [SCRAPS_CREATED_AT_INDEX]):
         rows = conn.execute(scraps_of_day_query((start, 0), end, None)).all()
     else:
-        rows, _ = swept_after(
+        rows, pacing = swept_after(
             conn,
             (start, 0),  # ids are positive: every scrap of the day is past it
             lambda after, limit: conn.execute(scraps_of_day_query(after, end, limit)).all(),
@@ -108,10 +109,11 @@ def detect_users_of_day(
         counts = by_user.setdefault(row.user_id, [0, 0])
         counts[0] += 1
         counts[1] += bool(row.has_card)
-    return USERS_OF_DAY.from_rows(
+    of_day = USERS_OF_DAY.from_rows(
         (user_id, scrap_count, card_count)
         for user_id, (scrap_count, card_count) in sorted(by_user.items())
     )
+    return with_sweep_pacing(of_day, pacing) if pacing else of_day
 
 
 @dataclass(frozen=True)
@@ -230,6 +232,7 @@ class TilReport:
     # deleted by the app between detection and write
     users_gone: list[int] = field(default_factory=list)
     throttle: dict = field(default_factory=dict)  # how its writes were paced (san/throttle.py)
+    detection_throttle: dict = field(default_factory=dict)  # ... and its detection's sweep
 
     def metadata(self) -> dict:
         return {
@@ -254,6 +257,7 @@ class TilReport:
             "day_start_utc": self.day_start_utc.isoformat(),
             "day_end_utc": self.day_end_utc.isoformat(),
             **({"throttle": self.throttle} if self.throttle else {}),
+            **({"detection_throttle": self.detection_throttle} if self.detection_throttle else {}),
         }
 
 
@@ -288,6 +292,7 @@ def create_daily_tils(
         summaries_created_at=summaries_created_at,
         active_users=len(active),
         users_waiting_for_cards=int((users["card_count"] == 0).sum()),
+        detection_throttle=sweep_pacing(users),
     )
     done: dict[int, int] = {}
     earlier_jobs: list[int] = []

@@ -18,7 +18,9 @@ from dagster import (
 from batch_pipeline.san.database import database_now, read_transaction
 from batch_pipeline.san.memory import paused_gc
 from batch_pipeline.san.ops import (
+    SWEPT,
     as_metadata,
+    paced,
     retried_on_error,
     retried_only_if_transient,
     san_database_check_op,
@@ -168,6 +170,8 @@ def create_daily_tils(
             "another run and " + ("would get" if report.dry_run else "got") + " a second one"
         )
         + (" (dry run: nothing written)" if report.dry_run else "")
+        + paced(report.throttle)
+        + paced(report.detection_throttle, SWEPT)
     )
     warn_about_unannounced_jobs(op_context, auto_generation.AREA, report.announce_failures)
     if report.dry_run:  # observed, not materialized: the plots count real runs only

@@ -35,6 +35,7 @@ from batch_pipeline_tests.runs import (
     latest_metadata,
     run_recovery,
 )
+from batch_pipeline_tests.sweeps import small_chunks
 
 
 def test_recovery_job_heals_every_area_and_records_the_audit_trail(san_db):
@@ -528,3 +529,19 @@ def test_the_audit_says_how_the_throttle_paced_the_writes(san_db):
     zone = "unmeasured" if san_db.kind == "sqlite" else None
     assert sum(throttle["batches_by_zone"].values()) == 3
     assert zone is None or throttle["batches_by_zone"] == {zone: 3}
+
+
+def test_the_audit_says_how_the_detection_s_sweep_was_paced(san_db, monkeypatch):
+    """The orphan detection's full sweep, in chunks of 2 ids, is in its area's audit beside the
+    writes' pacing; the ghost detection (one statement on the active jobs' index) has none."""
+    small_chunks(monkeypatch, 2)
+    user = san_db.user()
+    orphans = [san_db.scrap(user, created_at=san_db.ago(hours=1)) for _ in range(5)]
+    result, instance = run_recovery(san_db)
+    assert result.success
+    audit = latest_metadata(instance, "orphan_scrap_recovery")
+    assert sorted(pair["scrap_id"] for pair in audit["recovered"]) == sorted(orphans)
+    sweep = audit["detection_throttle"]
+    assert sweep["batches"] == 3  # 5 consecutive ids, 2 a chunk
+    assert sweep["write_seconds"] > 0 and sweep["rest_seconds"] >= 0
+    assert "detection_throttle" not in latest_metadata(instance, "ghost_job_recovery")

@@ -11,12 +11,14 @@ from dagster._core.storage.tags import PARENT_RUN_ID_TAG, ROOT_RUN_ID_TAG
 from batch_pipeline.definitions import build_definitions, defs
 from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
+from batch_pipeline.san.schema import create_recommended_indexes
 from batch_pipeline.san.tables import TIL_GENERATION
 from batch_pipeline.til.assets import til_run_config
 from batch_pipeline.til.ops import CREATED_TAG
 from batch_pipeline.til.partitions import PARTITION_SET_TAG, PARTITION_TAG
 from batch_pipeline_tests.conftest import job_notifications
 from batch_pipeline_tests.runs import at, run_til, shown_first
+from batch_pipeline_tests.sweeps import small_chunks
 
 SEOUL = ZoneInfo("Asia/Seoul")
 NEW_YORK = ZoneInfo("America/New_York")
@@ -408,3 +410,18 @@ def test_summaries_carry_the_databases_clock_on_a_host_two_hours_ahead(san_db, m
     assert abs((created - before.astimezone(UTC)).total_seconds()) < 60  # not 2 h ahead
     run = instance.get_run_by_id(result.run_id)
     assert datetime.fromisoformat(run.tags["batch_pipeline/summaries_created_at"]) == created
+
+
+def test_the_audit_says_how_the_day_s_sweep_was_paced(san_db, monkeypatch):
+    """The day's scraps read in chunks of 2 (on the created_at index): the audit says so."""
+    small_chunks(monkeypatch, 2)
+    create_recommended_indexes(san_db.engine)
+    user = san_db.user()
+    for hour in range(5):
+        san_db.scrap(user, created_at=at("2026-11-28", 9 + hour), card=True)
+    result, instance = run_til(san_db, "2026-11-28")
+    assert result.success
+    meta = til_metadata(instance, "2026-11-28")
+    assert meta["summaries_created"] == 1
+    assert meta["detection_throttle"]["batches"] == 3  # 2, 2, then the short one ends it
+    assert meta["throttle"]["rows"] == 1
