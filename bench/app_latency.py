@@ -138,12 +138,28 @@ def one_recovery_run(
             materialization = event.event_specific_data.materialization
             if "enqueued" in materialization.metadata:
                 healed += int(materialization.metadata["enqueued"].value)
-            if "throttle" in materialization.metadata:
-                paced[materialization.asset_key.to_user_string()] = materialization.metadata[
-                    "throttle"
-                ].value
+            area = materialization.asset_key.to_user_string()
+            for key, name in (("throttle", area), ("detection_throttle", f"{area} detection")):
+                if key in materialization.metadata:
+                    paced[name] = materialization.metadata[key].value
     steps = step_spans(instance, result.run_id, ended=("STEP_SUCCESS", "STEP_FAILURE"))
     results.put((started, time.time(), result.success, elapsed, healed, steps, paced))
+
+
+def recovery_process(
+    url: str, parallel_workers: int | None, config: dict, apart: bool = False, pgoptions: str = ""
+):
+    """`one_recovery_run` in a process of its own, started and ready: (the process, the event
+    that starts the run, the queue its results come on)."""
+    context = multiprocessing.get_context("spawn")
+    ready, go, results = context.Event(), context.Event(), context.Queue()
+    run = context.Process(
+        target=one_recovery_run,
+        args=(url, parallel_workers, config, apart, pgoptions, ready, go, results),
+    )
+    run.start()
+    ready.wait(timeout=300)
+    return run, go, results
 
 
 class WaitSampler(threading.Thread):
@@ -351,29 +367,14 @@ def one_repeat(
     conninfo = psycopg_conninfo(url)
     for old in folder.glob("app.*"):
         old.unlink()
-    context = multiprocessing.get_context("spawn")
-    ready, go, results = context.Event(), context.Event(), context.Queue()
-    config = recovery_config(args)
-    run = context.Process(
-        target=one_recovery_run,
-        args=(
-            url,
-            args.parallel_workers,
-            config,
-            args.hosts_apart,
-            args.run_pgoptions,
-            ready,
-            go,
-            results,
-        ),  # fmt: skip
+    run, go, results = recovery_process(
+        url, args.parallel_workers, recovery_config(args), args.hosts_apart, args.run_pgoptions
     )
-    run.start()
-    ready.wait(timeout=300)
     pgbench = subprocess.Popen(
         [
             *(["nice", "-n", "-10"] if args.hosts_apart else []),
             *pgbench_command(
-                args, script, folder, conninfo, copy, args.quiet + RUN_BUDGET_S + args.after
+                args, script, folder, conninfo, copy, args.quiet + args.budget + args.after
             ),
         ],
         stdout=subprocess.DEVNULL,
@@ -393,7 +394,7 @@ def one_repeat(
         host.mark("during")
         go.set()
         run_started, run_ended, success, elapsed, changed, steps, paced = results.get(
-            timeout=RUN_BUDGET_S
+            timeout=args.budget
         )
         for area, log in paced.items():  # how the throttle paced each area, and why
             print(
@@ -464,6 +465,28 @@ def app_parser(prog: str, doc: str, rate: float) -> argparse.ArgumentParser:
     return parser
 
 
+def template_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a benchmark that plays the app on a copy of this one's template."""
+    parser.add_argument("--prefix", default=PREFIX, help="bench.app_latency's, for its template")
+    parser.add_argument("--without-indexes", action="store_true")
+    parser.add_argument(
+        "--keep-template", action="store_true", help="keep a template this call had to seed"
+    )
+
+
+def borrowed_template(args, scale: Scale, folder_prefix: str) -> tuple[Server, str, bool, Path]:
+    """This benchmark's template, seeded now if there is none (`template_options`): the server,
+    the template, whether it was seeded here, and the app's script for its scale."""
+    server = Server(args.server_url, args.prefix)
+    template = f"{args.prefix}_template"
+    seeded_here = not server.exists(template)
+    if seeded_here:
+        seed_template(server, template, scale, args)
+    script = Path(tempfile.mkdtemp(prefix=folder_prefix)) / "san_app.sql"
+    script.write_text(APP_SCRIPT.format(scraps=scale.scraps, users=scale.users))
+    return server, template, seeded_here, script
+
+
 def main(argv=None) -> int:
     parser = app_parser("python -m bench.app_latency", __doc__, rate=150.0)
     parser.add_argument(
@@ -478,6 +501,12 @@ def main(argv=None) -> int:
         type=float,
         default=AFTER_S,
         help="seconds of app traffic measured after the run (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=RUN_BUDGET_S,
+        help="seconds a run may take before the repeat is given up (default: %(default)s)",
     )
     parser.add_argument("--without-indexes", action="store_true")
     parser.add_argument(

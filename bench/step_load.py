@@ -20,7 +20,6 @@ the first JUDGED_S of the load against its quiet p99. The last line is machine-r
     .venv/bin/python -m bench.step_load [--scale 1] [--rate 300] [--step-at 2] [--load-for 40]
 """
 
-import multiprocessing
 import subprocess
 import tempfile
 import time
@@ -30,17 +29,16 @@ from pathlib import Path
 import psycopg
 
 from bench.app_latency import (
-    APP_SCRIPT,
-    PREFIX,
     app_parser,
+    borrowed_template,
     latencies,
-    one_recovery_run,
     percentile,
     pgbench_command,
-    seed_template,
+    recovery_process,
     settle_the_disk,
+    template_options,
 )
-from bench.runner import LIFTED, Server, db_url, psycopg_conninfo
+from bench.runner import LIFTED, db_url, psycopg_conninfo
 from bench.seed import Scale
 
 BUCKET_S = 0.5
@@ -77,14 +75,7 @@ def app_alone(args, script: Path, database: str) -> list[float]:
 def the_step(args, script: Path, database: str, conninfo: dict, last_scrap: int):
     """The run on the idle database, the load stepped up and down during it: (run started,
     step, load ended, run ended, the load's latencies, success)."""
-    context = multiprocessing.get_context("spawn")
-    ready, go, results = context.Event(), context.Event(), context.Queue()
-    url = db_url(args.server_url, database)
-    run = context.Process(
-        target=one_recovery_run, args=(url, None, dict(LIFTED), False, "", ready, go, results)
-    )
-    run.start()
-    ready.wait(timeout=300)
+    run, go, results = recovery_process(db_url(args.server_url, database), None, dict(LIFTED))
     go.set()
     run_started = time.time()
     with psycopg.connect(**conninfo, autocommit=True) as conn:
@@ -145,19 +136,11 @@ def main(argv=None) -> int:
     parser.add_argument("--step-at", type=float, default=2.0, help="seconds after the 1st write")
     parser.add_argument("--load-for", type=float, default=40.0)
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--prefix", default=PREFIX, help="bench.app_latency's, for its template")
-    parser.add_argument("--without-indexes", action="store_true")
-    parser.add_argument(
-        "--keep-template", action="store_true", help="keep a template this call had to seed"
-    )
+    template_options(parser)
     args = parser.parse_args(argv)
-    server, scale = Server(args.server_url, args.prefix), Scale(args.scale)
-    template, copy = f"{args.prefix}_template", f"{args.prefix}_step"
-    seeded_here = not server.exists(template)
-    if seeded_here:
-        seed_template(server, template, scale, args)
-    script = Path(tempfile.mkdtemp(prefix="step_")) / "san_app.sql"
-    script.write_text(APP_SCRIPT.format(scraps=scale.scraps, users=scale.users))
+    scale = Scale(args.scale)
+    server, template, seeded_here, script = borrowed_template(args, scale, "step_")
+    copy = f"{args.prefix}_step"
     print(
         f"# the app stepping 0 -> {args.rate:g} tx/s -> 0 during a recovery_job: scale "
         f"{args.scale}, caps lifted, load {args.load_for:g} s from {args.step_at:g} s after the "
