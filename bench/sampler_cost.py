@@ -3,8 +3,8 @@ APP_SCRIPT) at `--rate` on a fresh copy of bench.app_latency's template, and its
 into windows of `--window` seconds, `--rounds` times in turn: the app alone, then the app while a
 Sampler (san/throttle.py) reads the database every SAMPLE_EVERY as during a run, nothing else
 of ours running. Prints each window's p99, both kinds' p99 over all their windows, and how long
-one reading takes on the server (its statement, timed in a loop: CPU the app's backends do not
-get meanwhile). The last line is machine-readable:
+one reading takes seen from the client, back to back (checkout, settings, statement and commit:
+the server's share of it is at most that). The last line is machine-readable:
 
     alone_p99_ms=A sampled_p99_ms=S ratio=R reading_ms=M
 
