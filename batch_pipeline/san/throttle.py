@@ -3,25 +3,22 @@
 Every write path (recovery_job, the TIL day, the fast lane, redrive) writes through
 `run_in_batches` (san/enqueue.py), which asks a Throttle before each batch how many rows to
 write and how long to rest first. A Sampler reads the database's signals every SAMPLE_EVERY
-beside the writes (a dialect's `read_load`: how long a small transaction takes, as an app's
-feels it, the app's active sessions, app sessions blocked by ours, replica lag), and the
-Throttle applies `decide`, a pure function of what was read during the last batch and of the
-batches so far, in three zones:
-
-- quiet (probes as fast as the learned quiet baseline, no app session at work within
-  APP_AT_WORK_WITHIN): no rest, and the batch grows toward TARGET_BATCH_SECONDS of work
-  (pt-online-schema-change's chunk time), at most x GROWTH per batch;
-- busy (the app at work, or its transactions SLOWDOWN_AT times slower than the baseline): the
-  batch is APP_BATCH_SECONDS of work (`busy_size`), and the rest grows with the slowdown
-  from BUSY_REST_RATIO to MAX_REST_RATIO times the batch's own work;
+beside the writes (a dialect's `read_load`: a small transaction's time, as an app's feels it,
+the app's sessions at work, those blocked by ours, replica lag), and the Throttle applies
+`decide`, a pure function of those readings and the batches so far, in three zones:
+- quiet (no app session at work within APP_AT_WORK_WITHIN, probes near the learned quiet
+  baseline): no rest; the batch grows toward TARGET_BATCH_SECONDS of work (pt-online-schema-
+  change's chunk time), at most x GROWTH per batch;
+- busy (the app at work, or probes SLOWDOWN_AT times the baseline): APP_BATCH_SECONDS of work
+  (`busy_size`), resting BUSY_REST_RATIO to MAX_REST_RATIO times it as the probes slow;
 - critical (probes CRITICAL_AT times the baseline, an app session blocked by ours, replica lag
   past CRITICAL_LAG, the app's sessions far past the cores): the smallest batch and a rest of
-  CRITICAL_REST: the run still progresses (a small batch every few seconds) within max_runtime.
+  CRITICAL_REST: the run still progresses (a small batch every few seconds).
+Probes slowed with no app session at work (nor any we cannot see) are our own doing: not judged.
 
-A rest is proportional to the batch's own work, estimated from the rows it wrote at the measured
-seconds per row, never to its wall time: a batch that waited for a lock rests no longer than one
-that did not. During a rest the readings are judged every REACT_EVERY: a database that quiets
-ends the rest early, one that gets critical lengthens it.
+A rest is proportional to the batch's own work (its rows at the measured seconds per row), never
+its wall time: a batch that waited for a lock rests no longer than one that did not. A rest
+is judged again every REACT_EVERY: a database that quiets ends it, a critical one lengthens it.
 
 Without signals (SQLite: one process, no other sessions to protect) the throttle is the batch
 time rule: rest FALLBACK_REST_RATIO times the batch's work. An operator's `batch_size` fixes the
@@ -78,6 +75,8 @@ class Signals:
     # the app's sessions on SAN's database with a statement within APP_AT_WORK_WITHIN (an app of
     # short transactions is between two of them at most instants: not `active` then)
     app_sessions_at_work: int = 0
+    # sessions on SAN's database whose state our role may not read (no pg_read_all_stats)
+    app_sessions_unseen: int = 0
 
 
 @dataclass(frozen=True)
@@ -120,12 +119,15 @@ def zone_of(state: ThrottleState, signals: Signals) -> tuple[str, str, float]:
         return CRITICAL, f"{signals.blocked_by_us} app session(s) wait for our locks", slowdown
     if lag >= CRITICAL_LAG:
         return CRITICAL, f"replica lag {lag:.0f} s", slowdown
-    if slowdown >= CRITICAL_AT or load >= CRITICAL_LOAD:
-        return CRITICAL, _said(slowdown, signals), slowdown
     at_work = signals.active_app_sessions or signals.app_sessions_at_work
-    if slowdown >= SLOWDOWN_AT or load >= BUSY_LOAD or at_work:
-        return BUSY, _said(slowdown, signals), slowdown
-    return QUIET, _said(slowdown, signals), slowdown
+    # Slower probes with no app at work are our own batches' doing: nobody to protect (judging
+    # them made an idle run rest 6x longer than it wrote); sessions we cannot see might be it.
+    judged = slowdown if at_work or signals.app_sessions_unseen else min(slowdown, 1.0)
+    if judged >= CRITICAL_AT or load >= CRITICAL_LOAD:
+        return CRITICAL, _said(slowdown, signals), judged
+    if judged >= SLOWDOWN_AT or load >= BUSY_LOAD or at_work:
+        return BUSY, _said(slowdown, signals), judged
+    return QUIET, _said(slowdown, signals), judged
 
 
 def _said(slowdown: float, signals: Signals) -> str:
@@ -133,6 +135,7 @@ def _said(slowdown: float, signals: Signals) -> str:
         f"probes {slowdown:.1f}x quiet ({signals.probe_seconds * 1000:.1f} ms), "
         f"{signals.active_app_sessions} app sessions active on {signals.cores} cores, "
         f"{signals.app_sessions_at_work} at work within {APP_AT_WORK_WITHIN:g} s"
+        + (f", {signals.app_sessions_unseen} unseen" if signals.app_sessions_unseen else "")
     )
 
 
@@ -150,6 +153,7 @@ def aggregate(samples: Sequence[Signals]) -> Signals | None:
         replica_lag_seconds=max(lags) if lags else None,
         cores=samples[-1].cores,
         app_sessions_at_work=max(sample.app_sessions_at_work for sample in samples),
+        app_sessions_unseen=max(sample.app_sessions_unseen for sample in samples),
     )
 
 
@@ -252,9 +256,8 @@ def decide(
     work = work_seconds(state, rows, seconds)
     state = replace(state, seconds_per_row=cost)
     if signals is None:  # no signals: the batch-time rule
-        ratio = (
-            overrides.rest_ratio if overrides.rest_ratio is not None else state.fallback_rest_ratio
-        )
+        given = overrides.rest_ratio
+        ratio = state.fallback_rest_ratio if given is None else given
         size = overrides.batch_size or state.batch_size
         return Step(
             replace(state, batch_size=size, zone=UNMEASURED, reason="no signals"), ratio * work

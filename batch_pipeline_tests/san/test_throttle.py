@@ -33,7 +33,12 @@ ROW_COST = 0.0001  # seconds per row: 2,500 rows make TARGET_BATCH_SECONDS
 
 
 def signals(
-    slowdown: float = 1.0, active: int = 0, blocked: int = 0, lag=None, at_work: int = 0
+    slowdown: float = 1.0,
+    active: int = 0,
+    blocked: int = 0,
+    lag=None,
+    at_work: int = 0,
+    unseen: int = 0,
 ) -> Signals:
     return Signals(
         probe_seconds=QUIET_COMMIT * slowdown,
@@ -42,7 +47,13 @@ def signals(
         replica_lag_seconds=lag,
         cores=4,
         app_sessions_at_work=at_work,
+        app_sessions_unseen=unseen,
     )
+
+
+def app_slowed(slowdown: float) -> Signals:
+    """The app at work, its transactions `slowdown` times slower than quiet."""
+    return signals(slowdown=slowdown, at_work=1)
 
 
 def run(state: ThrottleState, readings, overrides=Overrides()):
@@ -73,8 +84,8 @@ APP_SIZED = int(APP_BATCH_SECONDS / ROW_COST)  # a busy batch's rows: 200
 
 def test_slower_commits_shrink_the_batch_and_rest_longer_the_slower_they_get():
     quiet = ThrottleState(baseline=QUIET_COMMIT, seconds_per_row=ROW_COST, batch_size=2_500)
-    busy = run(quiet, [signals(slowdown=2.0)] * 6)
-    slower = run(quiet, [signals(slowdown=3.5)] * 6)
+    busy = run(quiet, [app_slowed(2.0)] * 6)
+    slower = run(quiet, [app_slowed(3.5)] * 6)
     assert [s.state.zone for s in busy] == [BUSY] * 6
     # APP_BATCH_SECONDS of work at once, then holding there: never down to MIN_BATCH
     assert [s.state.batch_size for s in busy] == [APP_SIZED] * 6
@@ -90,28 +101,40 @@ def test_busy_after_critical_grows_back_to_its_size_at_most_doubling():
 
 
 def test_critical_load_writes_the_smallest_batches_yet_progresses():
-    for reading in (signals(slowdown=5), signals(blocked=1), signals(lag=60.0), signals(active=9)):
+    for reading in (app_slowed(5), signals(blocked=1), signals(lag=60.0), signals(active=9)):
         [step] = run(learned(), [reading])
         assert step.state.zone == CRITICAL, reading
         assert (step.state.batch_size, step.rest_seconds) == (MIN_BATCH, CRITICAL_REST)
     assert "wait for our locks" in run(learned(), [signals(blocked=2)])[0].state.reason
 
 
+def test_probes_our_own_batches_slow_with_no_app_at_work_are_not_judged():
+    """Alone on the database our writes slow the probe 2-5x: judged, an idle run rested 6x
+    longer than it wrote. Sessions our role cannot see might be the app's: judged then."""
+    alone = run(learned(), [signals(slowdown=5)] * 6)
+    assert all(step.state.zone == QUIET and step.rest_seconds == 0 for step in alone)
+    assert "probes 5.0x quiet" in alone[-1].state.reason  # said, as read
+    [unseen] = run(learned(), [signals(slowdown=5, unseen=2)])
+    assert unseen.state.zone == CRITICAL and "2 unseen" in unseen.state.reason
+    for emergency in (signals(slowdown=5, blocked=1), signals(slowdown=5, lag=60.0)):
+        assert run(learned(), [emergency])[0].state.zone == CRITICAL
+
+
 def test_a_batch_that_waited_for_a_lock_rests_no_longer_than_one_that_did_not():
     state = ThrottleState(baseline=QUIET_COMMIT, seconds_per_row=ROW_COST, batch_size=100)
-    plain = decide(state, signals(slowdown=2.0), 100, 100 * ROW_COST)
-    waited = decide(state, signals(slowdown=2.0), 100, 100 * ROW_COST + 4.0)
+    plain = decide(state, app_slowed(2.0), 100, 100 * ROW_COST)
+    waited = decide(state, app_slowed(2.0), 100, 100 * ROW_COST + 4.0)
     assert waited.rest_seconds <= plain.rest_seconds * 2
     assert waited.state.seconds_per_row == ROW_COST  # the wait is not learned as its cost
 
 
 def test_back_to_quiet_it_is_at_full_speed_within_a_few_batches_and_does_not_flap():
-    steps = run(learned(), [signals(slowdown=5)] * 5 + [signals()] * 12)
+    steps = run(learned(), [app_slowed(5)] * 5 + [signals()] * 12)
     after = steps[6:]  # the second quiet reading: a reading is judged by a median of three
     assert all(step.state.zone == QUIET and step.rest_seconds == 0 for step in after)
     full = next(i for i, step in enumerate(after) if step.state.batch_size * ROW_COST >= 0.2)
     assert full <= 8  # ~8 batches of under 0.25 s: well within 10 s
-    steady = run(learned(), [signals(slowdown=2.5)] * 20)[5:]
+    steady = run(learned(), [app_slowed(2.5)] * 20)[5:]
     assert len({(s.state.batch_size, round(s.rest_seconds, 6)) for s in steady}) == 1
 
 
@@ -129,7 +152,7 @@ def test_the_quiet_baseline_is_the_fastest_commit_and_one_slow_fsync_is_noise():
     assert learned_baseline(None, 0.002) == 0.002
     assert learned_baseline(0.002, 0.001) == 0.001
     assert learned_baseline(0.001, 0.010) == 0.001  # sustained load is never learned as quiet
-    steps = run(learned(), [signals(), signals(), signals(slowdown=20), signals()])
+    steps = run(learned(), [signals(), signals(), signals(slowdown=20, unseen=1), signals()])
     assert [step.state.zone for step in steps] == [QUIET] * 4
 
 
@@ -143,7 +166,7 @@ class Clock:
 
 def test_a_rest_ends_early_when_the_database_quiets_and_stretches_when_critical():
     clock = Clock()
-    readings = iter([signals(), signals(slowdown=3.0), signals(), signals()])
+    readings = iter([signals(), app_slowed(3.0), signals(), signals()])
     throttle = Throttle(lambda: next(readings), sleep=clock.sleep)
     assert throttle.next_batch() == START_BATCH  # learns the baseline first
     throttle.written(START_BATCH, 0.5)  # busy: a long rest decided
@@ -176,7 +199,7 @@ def test_a_long_busy_rest_keeps_the_batch_it_decided():
 
 
 def test_the_readings_of_a_batch_are_judged_by_their_slow_tail_and_worst_load():
-    samples = [signals(slowdown=1.0)] * 8 + [signals(slowdown=6.0, active=3, blocked=1)] * 2
+    samples = [signals()] * 8 + [signals(slowdown=6.0, active=3, blocked=1)] * 2
     judged = aggregate([*samples, signals(at_work=4)])
     assert judged.probe_seconds == QUIET_COMMIT * 6.0  # the 90th percentile: the slow tail
     assert (judged.active_app_sessions, judged.blocked_by_us) == (3, 1)
@@ -211,5 +234,5 @@ def test_no_zone_makes_a_batch_larger_than_its_aims_allow():
     """A sweep's chunks (san/sweep.py) may be capped below MIN_BATCH; busy and critical keep
     to the cap (they once fell back to MIN_BATCH)."""
     capped = ThrottleState(baseline=QUIET_COMMIT, batch_size=7, max_batch=7)
-    steps = run(capped, [signals(active=2), signals(blocked=1), signals(), signals(slowdown=2.0)])
+    steps = run(capped, [signals(active=2), signals(blocked=1), signals(), app_slowed(2.0)])
     assert [step.state.batch_size for step in steps] == [7, 7, 7, 7]

@@ -9,8 +9,9 @@ short transactions; the Dagster instance's database, if on the same server, is n
 Its cost: one commit record of WAL and one pass over the backends' status (a few hundred rows
 at most) per reading, about 0.4 ms of the server's CPU; readings are SAMPLE_EVERY apart.
 A role that is not a superuser sees other roles' sessions only with pg_monitor (or
-pg_read_all_stats, deploy/postgres/grants.sql): without it the app's sessions count as none,
-and the commit latency alone steers.
+pg_read_all_stats, deploy/postgres/grants.sql): without it the app's sessions on SAN's database
+count as unseen, and the commit latency alone steers (slowed by our own writes too, so an idle
+database is written more slowly than with the grant).
 """
 
 import os
@@ -36,12 +37,15 @@ READ_LOAD = text(
                        WHERE o.pid = ANY (pg_blocking_pids(a.pid)) AND o.application_name = :ours)),
       (SELECT max(extract(epoch FROM w.replay_lag)) FROM pg_stat_get_wal_senders() w),
       count(*) FILTER (
-        WHERE a.datid = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+        WHERE a.datid = san.oid
           AND (a.state = 'active'
-               OR a.state_change > clock_timestamp() - make_interval(secs => :at_work_within)))
-    FROM pg_stat_get_activity(NULL) a
-    WHERE a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()
-      AND a.application_name IS DISTINCT FROM :ours
+               OR a.state_change > clock_timestamp() - make_interval(secs => :at_work_within))),
+      count(*) FILTER (WHERE a.datid = san.oid AND a.backend_type IS NULL)
+    FROM pg_stat_get_activity(NULL) a,
+         (SELECT d.oid FROM pg_database d WHERE d.datname = current_database()) san
+    -- a NULL backend_type: a session our role may not see (without pg_read_all_stats)
+    WHERE (a.backend_type = 'client backend' OR a.backend_type IS NULL)
+      AND a.pid <> pg_backend_pid() AND a.application_name IS DISTINCT FROM :ours
     """
 )
 SYNCHRONOUS_COMMIT = text("SELECT set_config('synchronous_commit', 'on', true)")
@@ -53,7 +57,7 @@ def read_load(engine: Engine) -> Signals:
         transaction = conn.begin()
         try:
             conn.execute(SYNCHRONOUS_COMMIT)
-            _, active, blocked, lag, at_work = conn.execute(
+            _, active, blocked, lag, at_work, unseen = conn.execute(
                 READ_LOAD, {"ours": APPLICATION_NAME, "at_work_within": APP_AT_WORK_WITHIN}
             ).one()
             transaction.commit()
@@ -68,4 +72,5 @@ def read_load(engine: Engine) -> Signals:
         replica_lag_seconds=float(lag) if lag is not None else None,
         cores=os.cpu_count() or 1,
         app_sessions_at_work=int(at_work),
+        app_sessions_unseen=int(unseen),
     )

@@ -105,3 +105,27 @@ def test_batch_pipelines_own_sessions_are_never_the_app_at_work(own_database):
         conn.execute(text("SELECT 1"))
         reading = read_load(ours)
     assert reading.app_sessions_at_work == 0
+
+
+def test_app_sessions_a_role_without_pg_read_all_stats_cannot_see_are_counted_unseen(
+    own_database,
+):
+    """Without the grant the app's sessions show no state: counted unseen, so the throttle
+    still judges the probes (san/throttle.py); with it they are seen, and none is unseen."""
+    ours, app = own_database
+    role = f"bp_plain_{uuid.uuid4().hex[:8]}"
+    with ours.connect() as conn:
+        conn.execute(text(f"CREATE ROLE {role} LOGIN"))
+        conn.commit()
+    plain = create_san_engine(ours.url.set(username=role).render_as_string(hide_password=False))
+    try:
+        with app.connect() as conn:
+            conn.execute(text("SELECT 1"))
+            unseen, seen = read_load(plain), read_load(ours)
+    finally:
+        plain.dispose()
+        with ours.connect() as conn:
+            conn.execute(text(f"DROP ROLE {role}"))
+            conn.commit()
+    assert (unseen.app_sessions_unseen, unseen.app_sessions_at_work) == (1, 0)
+    assert (seen.app_sessions_unseen, seen.app_sessions_at_work) == (0, 1)
