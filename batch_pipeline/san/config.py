@@ -56,8 +56,8 @@ class WriteConfig(Config):
         description="Unset: between batches the throttle rests as SAN's database's signals say "
         "(none when no app session is at work; 25 to 60 times each batch's work while one is, "
         "more as the app's transactions slow down). A number: rest this many "
-        "times each batch's own work (lock waits excluded; 0: back to back); the throttle "
-        "still slows to its smallest batches when the database is critically loaded.",
+        "times each batch's own work (lock waits excluded; 0: back to back); the critical zone "
+        "(an app session waiting for our locks, replica lag, overload) still rests 3 s.",
     )
     dry_run: bool = Field(
         default=False,

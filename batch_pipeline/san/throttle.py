@@ -11,9 +11,9 @@ the app's sessions at work, those blocked by ours, replica lag), and the Throttl
   change's chunk time), at most x GROWTH per batch;
 - busy (the app at work, or probes SLOWDOWN_AT times the baseline): APP_BATCH_SECONDS of work
   (`busy_size`), resting BUSY_REST_RATIO to MAX_REST_RATIO times it as the probes slow;
-- critical (probes CRITICAL_AT times the baseline, an app session blocked by ours, replica lag
-  past CRITICAL_LAG, the app's sessions far past the cores): the smallest batch and a rest of
-  CRITICAL_REST: the run still progresses (a small batch every few seconds).
+- critical: an app session blocked by ours or replica lag past CRITICAL_LAG (the emergency:
+  the smallest batch), probes CRITICAL_AT times the baseline or the app's sessions far past the
+  cores (overload: the floor, busy batches), each CRITICAL_REST apart: the run still progresses.
 Probes slowed with no app session at work (nor any we cannot see) are our own doing: not judged.
 
 A rest is proportional to the batch's own work (its rows at the measured seconds per row), never
@@ -38,14 +38,14 @@ MIN_BATCH = 10
 MAX_BATCH = 5_000
 START_BATCH = 100
 SLOWDOWN_AT = 1.5  # probe time / quiet baseline where the throttle starts to back off
-CRITICAL_AT = 4.0  # ... where it writes the least it can
+CRITICAL_AT = 4.0  # ... where overload keeps it to the floor
 # While the app works, our batches hold its commits behind our WAL and take its cores: batches
 # of APP_BATCH_SECONDS (well above a batch's fixed cost: at 0.005 s they fell to MIN_BATCH and
 # the rest multiplied their overhead), resting BUSY_REST_RATIO to MAX_REST_RATIO times that.
 APP_BATCH_SECONDS = 0.02
 BUSY_REST_RATIO = 25.0
 MAX_REST_RATIO = 60.0
-CRITICAL_REST = 3.0  # seconds between two smallest batches in the critical zone
+CRITICAL_REST = 3.0  # seconds between two batches in the critical zone
 CRITICAL_LAG = 30.0  # seconds of replica replay lag
 BUSY_LOAD = 0.75  # the app's active sessions per database core
 APP_AT_WORK_WITHIN = 1.0  # seconds: an app session that ran a statement this recently is at work
@@ -114,11 +114,10 @@ def zone_of(state: ThrottleState, signals: Signals) -> tuple[str, str, float]:
     baseline = max(state.baseline or signals.probe_seconds, BASELINE_FLOOR)
     slowdown = max(smoothed(state.recent, signals.probe_seconds), BASELINE_FLOOR) / baseline
     load = signals.active_app_sessions / max(signals.cores, 1)
-    lag = signals.replica_lag_seconds or 0.0
     if signals.blocked_by_us:
         return CRITICAL, f"{signals.blocked_by_us} app session(s) wait for our locks", slowdown
-    if lag >= CRITICAL_LAG:
-        return CRITICAL, f"replica lag {lag:.0f} s", slowdown
+    if held(signals):
+        return CRITICAL, f"replica lag {signals.replica_lag_seconds:.0f} s", slowdown
     at_work = signals.active_app_sessions or signals.app_sessions_at_work
     # Slower probes with no app at work are our own batches' doing: nobody to protect (judging
     # them made an idle run rest 6x longer than it wrote); sessions we cannot see might be it.
@@ -128,6 +127,11 @@ def zone_of(state: ThrottleState, signals: Signals) -> tuple[str, str, float]:
     if judged >= SLOWDOWN_AT or load >= BUSY_LOAD or at_work:
         return BUSY, _said(slowdown, signals), judged
     return QUIET, _said(slowdown, signals), judged
+
+
+def held(signals: Signals) -> bool:
+    """The emergency: an app session waits for our locks, or a replica lags past CRITICAL_LAG."""
+    return bool(signals.blocked_by_us) or (signals.replica_lag_seconds or 0.0) >= CRITICAL_LAG
 
 
 def _said(slowdown: float, signals: Signals) -> str:
@@ -270,8 +274,9 @@ def decide(
         reason=reason,
         recent=(*state.recent, signals.probe_seconds)[-SMOOTHED:],
     )
-    if zone == CRITICAL:
-        size, rest = smallest(state), CRITICAL_REST
+    if zone == CRITICAL:  # held by our locks, a replica behind: the least; overload: the floor
+        floor = min(busy_size(state, cost), state.max_batch if rows else state.batch_size)
+        size, rest = smallest(state) if held(signals) else floor, CRITICAL_REST
     elif zone == BUSY and rows == 0:  # a reading during a rest: no batch to size again
         size, rest = state.batch_size, 0.0
     elif zone == BUSY:
@@ -375,17 +380,10 @@ class Throttle:
             again = decide(self.state, self._signals(), 0, 0.0, self.overrides).state
             if again.zone == QUIET:
                 rest_left = 0.0  # the app has the database back: carry on now
-            elif again.zone == CRITICAL:  # at least CRITICAL_REST, then one small batch
+            elif again.zone == CRITICAL:  # at least CRITICAL_REST, then the floor's batch
                 rest_left = max(rest_left, CRITICAL_REST - rested)
-                again = replace(again, batch_size=self.overrides.batch_size or smallest(again))
-            self.state = replace(
-                self.state,
-                zone=again.zone,
-                reason=again.reason,
-                baseline=again.baseline,
-                recent=again.recent,
-                batch_size=min(self.state.batch_size, again.batch_size),
-            )
+            # a reading judges the zone (no batch, no cost learned): never a larger batch
+            self.state = replace(again, batch_size=min(self.state.batch_size, again.batch_size))
         return self.state.batch_size
 
     def written(self, rows: int, seconds: float) -> None:

@@ -4,6 +4,7 @@ down, the least writing that still progresses
 when critical, a rest from the batch's own work (never a lock wait), back to full speed when
 quiet again, no flapping; the runtime's rests react to readings taken during them."""
 
+from batch_pipeline.recovery.jobs import RECOVERY_TAGS
 from batch_pipeline.san.throttle import (
     APP_BATCH_SECONDS,
     BUSY,
@@ -100,12 +101,29 @@ def test_busy_after_critical_grows_back_to_its_size_at_most_doubling():
     assert sizes == [MIN_BATCH, 20, 40, 80, 160, APP_SIZED, APP_SIZED]
 
 
-def test_critical_load_writes_the_smallest_batches_yet_progresses():
-    for reading in (app_slowed(5), signals(blocked=1), signals(lag=60.0), signals(active=9)):
+def test_an_app_held_by_our_locks_or_a_replica_behind_gets_the_smallest_batches():
+    for reading in (signals(blocked=1), signals(lag=60.0), signals(slowdown=5, blocked=1)):
         [step] = run(learned(), [reading])
         assert step.state.zone == CRITICAL, reading
         assert (step.state.batch_size, step.rest_seconds) == (MIN_BATCH, CRITICAL_REST)
     assert "wait for our locks" in run(learned(), [signals(blocked=2)])[0].state.reason
+
+
+def test_sustained_overload_keeps_a_floor_that_heals_a_default_run_within_max_runtime():
+    """Probes CRITICAL_AT times quiet, or the app's sessions far past the cores, for good: busy
+    batches CRITICAL_REST apart. The smallest batch there (10 rows every 3 s) took 6,000 s for
+    a default run's 20,000 targets: past max_runtime, cancelled half-healed."""
+    max_runtime = float(RECOVERY_TAGS["dagster/max_runtime"])
+    for reading in (app_slowed(5), signals(active=9)):
+        state, healed, seconds = learned(), 0, 0.0
+        while healed < 20_000:
+            [step] = run(state, [reading])
+            healed += state.batch_size
+            seconds += state.batch_size * ROW_COST + step.rest_seconds
+            assert step.state.zone == CRITICAL and step.rest_seconds == CRITICAL_REST
+            assert MIN_BATCH < step.state.batch_size <= APP_SIZED
+            state = step.state
+        assert seconds < max_runtime / 4, reading
 
 
 def test_probes_our_own_batches_slow_with_no_app_at_work_are_not_judged():
