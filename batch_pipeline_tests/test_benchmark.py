@@ -198,6 +198,16 @@ def test_the_app_latency_benchmark_runs_and_counts_every_window(capsys):
     )
 
 
+def test_the_app_latency_benchmark_without_an_app_times_the_run_alone(capsys):
+    """`--rate 0`: no pgbench, the run on an idle database; its seconds are the figure."""
+    argv = ["--scale", "0.001", "--rate", "0", "--repeats", "1", "--quiet", "1", "--after", "0"]
+    prefix = f"bp_latency_{uuid.uuid4().hex[:8]}"
+    assert app_latency.main([*argv, "--server-url", pg_admin_url(), "--prefix", prefix]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"recovery_job success in .* [1-9][\d,]* targets healed", out), out
+    assert re.search(r"^idle: run_seconds=\d+\.\d$", out, re.M), out
+
+
 def test_the_metrics_scrape_benchmark_times_a_reading_with_and_without_the_indexes():
     from bench import metrics_scrape
 

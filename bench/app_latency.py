@@ -24,6 +24,8 @@ targets healed and the WAL written meanwhile; the last line is machine-readable:
 (pg_stat_activity, every 10 ms; the sampling costs the app a little latency of its own), and
 what the run's sessions were doing while the app's slow transactions (over twice the quiet
 p99) ran, against the share of the run each thing took: where the app's tail comes from.
+`--rate 0` plays no app: the run alone on an idle database, the runs' seconds its figures
+(last line `idle: run_seconds=S[,S...]`).
 `--keep-template` keeps the seeded template for the next call with the flag (seeding scale 1
 takes a minute and a half).
 `--parallel-workers N` replays the code with N parallel workers per query of the run (0 is what
@@ -370,17 +372,19 @@ def one_repeat(
     run, go, results = recovery_process(
         url, args.parallel_workers, recovery_config(args), args.hosts_apart, args.run_pgoptions
     )
-    pgbench = subprocess.Popen(
-        [
-            *(["nice", "-n", "-10"] if args.hosts_apart else []),
-            *pgbench_command(
-                args, script, folder, conninfo, copy, args.quiet + args.budget + args.after
-            ),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    pgbench = None  # `--rate 0`: no app, the run alone on an idle database
+    if args.rate > 0:
+        pgbench = subprocess.Popen(
+            [
+                *(["nice", "-n", "-10"] if args.hosts_apart else []),
+                *pgbench_command(
+                    args, script, folder, conninfo, copy, args.quiet + args.budget + args.after
+                ),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     pgbench_started = time.time()
     sampler = WaitSampler(conninfo) if args.sample_waits else None
     if sampler:
@@ -409,8 +413,10 @@ def one_repeat(
     time.sleep(args.after)
     host.mark("end")
     host.stop()
-    pgbench.terminate()  # its logs end with the line it was writing: latencies() drops it
-    _, errors = pgbench.communicate(timeout=60)
+    errors = ""
+    if pgbench is not None:
+        pgbench.terminate()  # its logs end with the line it was writing: latencies() drops it
+        _, errors = pgbench.communicate(timeout=60)
     if sampler:
         sampler.stop.set()
         sampler.join()
@@ -420,7 +426,7 @@ def one_repeat(
         print(f"  app waits, during run: {sampler.shares(run_started, run_ended)}")
         print(f"  app waits, after run:  {sampler.shares(run_ended, run_ended + args.after)}")
     rows = latencies(folder)
-    if not rows:
+    if not rows and pgbench is not None:
         raise SystemExit(f"pgbench logged no transaction: {errors.strip()}")
     quiet = [ms for ended, ms in rows if pgbench_started + WARM_UP_S <= ended < run_started]
     during_rows = [(ended, ms) for ended, ms in rows if run_started <= ended <= run_ended]
@@ -460,7 +466,9 @@ def app_parser(prog: str, doc: str, rate: float) -> argparse.ArgumentParser:
     )
     parser.add_argument("--server-url", default=DEFAULT_SERVER_URL)
     parser.add_argument("--scale", type=float, default=1.0)
-    parser.add_argument("--rate", type=float, default=rate, help="app transactions per second")
+    parser.add_argument(
+        "--rate", type=float, default=rate, help="app transactions per second (0: no app, idle)"
+    )
     parser.add_argument("--clients", type=int, default=4)
     return parser
 
@@ -564,7 +572,7 @@ def main(argv=None) -> int:
     )
     script = Path(tempfile.mkdtemp(prefix="app_latency_")) / "san_app.sql"
     script.write_text(APP_SCRIPT.format(scraps=scale.scraps, users=scale.users))
-    all_quiet, all_during, all_after, noisy = [], [], [], []
+    all_quiet, all_during, all_after, noisy, run_seconds = [], [], [], [], []
     try:
         for repeat in range(1, args.repeats + 1):
             quiet, during, after, (success, elapsed, changed, wal_mb, host), by_step = one_repeat(
@@ -573,6 +581,7 @@ def main(argv=None) -> int:
             all_quiet += quiet
             all_during += during
             all_after += after
+            run_seconds.append(elapsed)
             print(
                 f"repeat {repeat}: recovery_job {'success' if success else 'FAILED'} in "
                 f"{elapsed:.1f} s, {changed:,} targets healed (enqueued), {wal_mb:,.0f} MB of WAL "
@@ -598,6 +607,9 @@ def main(argv=None) -> int:
             f" by the host in a window, or a synced write over {STALLED_FSYNC_MS:.0f} ms in the"
             " quiet one: those figures measure the host as much as the run"
         )
+    if not all_quiet:  # `--rate 0`: the runs' seconds are the figures
+        print(f"idle: run_seconds={','.join(f'{seconds:.1f}' for seconds in run_seconds)}")
+        return 0
     print(f"all repeats: quiet      {summary(all_quiet)}")
     print(f"all repeats: during run {summary(all_during)}")
     print(f"all repeats: after run  {summary(all_after)}")
