@@ -223,7 +223,8 @@ def test_the_metrics_scrape_benchmark_times_a_reading_with_and_without_the_index
 
 def test_the_step_benchmark_reads_the_run_s_writes_back_and_times_the_app(capsys):
     """bench/step_load.py at a toy scale: the run's jobs are read back from SAN's rows (not
-    pgbench's), the app's windows hold transactions, the verdict line is printed."""
+    pgbench's), its time at work is sampled, the app's windows hold transactions, the verdict
+    line is printed."""
     prefix = f"bp_step_{uuid.uuid4().hex[:8]}"
     argv = ["--scale", "0.001", "--quiet", "7", "--load-for", "7", "--step-at", "0"]
     assert step_load.main([*argv, "--server-url", pg_admin_url(), "--prefix", prefix]) == 0
@@ -232,9 +233,13 @@ def test_the_step_benchmark_reads_the_run_s_writes_back_and_times_the_app(capsys
     assert created and int(created[1].replace(",", "")) > 0, out
     alone, loaded = re.findall(r"^  app(?: alone|, first 30 s) +(\d+) tx", out, re.M)
     assert int(alone) > 0 and int(loaded) > 0, out
+    sampled = re.search(r"^  run's time at work: (\d+) samples", out, re.M)
+    assert sampled and int(sampled[1]) > 0, out
+    assert len(re.findall(r"^  run's time at work .* \d\.\d\d share$", out, re.M)) == 4, out
     assert re.search(
-        r"^drop_after_s=(never|\d+\.\d) back_after_s=(never|\d+\.\d) quiet_p99_ms=\d+\.\d\d "
-        r"load_p99_ms=\d+\.\d\d ratio=\d+\.\d\d$",
+        r"^drop_after_s=(never|\d+\.\d) back_after_s=(never|\d+\.\d) "
+        r"at_work_drop_after_s=(never|\d+\.\d) at_work_back_after_s=(never|\d+\.\d) "
+        r"quiet_p99_ms=\d+\.\d\d load_p99_ms=\d+\.\d\d ratio=\d+\.\d\d$",
         out,
         re.M,
     ), out

@@ -13,15 +13,19 @@ pgbench made), by the transaction that created them, per BUCKET_S. Prints the ru
 second before the step, in the 2 s after it and from 2 s after it to the end of the load, and
 after the load; how long after the step its write rate first fell below half of what it was,
 and how long after the load ended it first came back to half of it; and the app's p99 over
-the first JUDGED_S of the load against its quiet p99. The last line is machine-readable:
+the first JUDGED_S of the load against its quiet p99. The same for the run's share of time at
+work (RUN_AT_WORK sampled: its detections' chunks too, which create no job). The last line is
+machine-readable:
 
-    drop_after_s=D back_after_s=B quiet_p99_ms=Q load_p99_ms=L ratio=R
+    drop_after_s=D back_after_s=B at_work_drop_after_s=D2 at_work_back_after_s=B2
+    quiet_p99_ms=Q load_p99_ms=L ratio=R
 
     .venv/bin/python -m bench.step_load [--scale 1] [--rate 300] [--step-at 2] [--load-for 40]
 """
 
 import subprocess
 import tempfile
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,7 +55,30 @@ RUN_WRITES = """
        AND NOT (job_type = 'SCRAP_REFINE' AND target_id > %(last_scrap)s)
 """
 LAST_SCRAP = "SELECT coalesce(max(id), 0) FROM scraps"
+# Is the run at work (a statement of its own running: a detection's chunk or a write batch; not
+# its throttle's probe): sampled every AT_WORK_EVERY_S, its share of a window is the run's pace,
+# detections included (a sweep creates no jobs).
+AT_WORK_EVERY_S = 0.05
+RUN_AT_WORK = """
+    SELECT count(*) FROM pg_stat_get_activity(NULL)
+     WHERE application_name = 'batch_pipeline' AND state = 'active'
+       AND query NOT LIKE '%txid_current%'
+"""
 FIRST_WRITE = RUN_WRITES + " LIMIT 1"
+
+
+class RunAtWork(threading.Thread):
+    """Samples RUN_AT_WORK until stopped: (instant, the run at work) pairs."""
+
+    def __init__(self, conninfo: dict):
+        super().__init__(daemon=True)
+        self.conninfo, self.samples, self.stop = conninfo, [], threading.Event()
+
+    def run(self) -> None:
+        with psycopg.connect(**self.conninfo, autocommit=True) as conn:
+            while not self.stop.is_set():
+                self.samples.append((time.time(), conn.execute(RUN_AT_WORK).fetchone()[0] > 0))
+                self.stop.wait(AT_WORK_EVERY_S)
 
 
 def pgbench(args, script: Path, folder: Path, database: str, seconds: float) -> subprocess.Popen:
@@ -76,6 +103,8 @@ def the_step(args, script: Path, database: str, conninfo: dict, last_scrap: int)
     """The run on the idle database, the load stepped up and down during it: (run started,
     step, load ended, run ended, the load's latencies, success)."""
     run, go, results = recovery_process(db_url(args.server_url, database), None, dict(LIFTED))
+    at_work = RunAtWork(conninfo)
+    at_work.start()
     go.set()
     run_started = time.time()
     with psycopg.connect(**conninfo, autocommit=True) as conn:
@@ -89,43 +118,70 @@ def the_step(args, script: Path, database: str, conninfo: dict, last_scrap: int)
     load_ended = time.time()
     run_started, run_ended, success, *_ = results.get(timeout=3_600)
     run.join()
+    at_work.stop.set()
+    at_work.join()
     load = [ms for ended, ms in latencies(folder) if step <= ended < step + JUDGED_S]
-    return run_started, step, load_ended, run_ended, load, success
+    return run_started, step, load_ended, run_ended, load, success, at_work.samples
 
 
 def rate(instants: list[float], start: float, end: float) -> float:
     return sum(start <= at < end for at in instants) / max(end - start, 1e-9)
 
 
-def first_bucket(instants, start: float, end: float, test) -> float | None:
-    """Seconds from `start` to the first BUCKET_S whose write rate passes `test`."""
+def at_work_share(samples: list[tuple[float, bool]], start: float, end: float) -> float:
+    """The share of the samples in [start, end) that found the run at work."""
+    window = [working for at, working in samples if start <= at < end]
+    return sum(window) / len(window) if window else 0.0
+
+
+def first_bucket(pace, start: float, end: float, test) -> float | None:
+    """Seconds from `start` to the first BUCKET_S whose `pace(start, end)` passes `test`."""
     at = start
     while at < end:
-        if test(rate(instants, at, at + BUCKET_S)):
+        if test(pace(at, at + BUCKET_S)):
             return at - start
         at += BUCKET_S
     return None
 
 
-def report(instants, step, load_ended, run_ended, quiet, load) -> str:
-    first_write = min(instants, default=step)
-    before = rate(instants, first_write, step)
+def paces(name: str, pace, unit: str, step, load_ended, run_ended, first) -> tuple:
+    """Print `pace` over the step's windows; (seconds after the step to below half of its pace
+    before it, seconds after the load to at least half again), None where never."""
+    before = pace(first, step)
     windows = {
-        "from its first to the step": (first_write, step),
+        "from its first to the step": (first, step),
         "the 2 s after it": (step, step + 2),
         "2 s after it to the load's end": (step + 2, load_ended),
         "after the load": (load_ended, run_ended),
     }
-    for name, (start, end) in windows.items():
-        print(f"  run's writes {name:32s} {rate(instants, start, end):9,.0f} rows/s")
-    drop = first_bucket(instants, step, load_ended, lambda r: r < before / 2)
-    back = first_bucket(instants, load_ended, run_ended, lambda r: r >= before / 2)
+    for window, (start, end) in windows.items():
+        print(f"  run's {name} {window:32s} {pace(start, end):9,.2f} {unit}")
+    drop = first_bucket(pace, step, load_ended, lambda r: r < before / 2)
+    back = first_bucket(pace, load_ended, run_ended, lambda r: r >= before / 2)
+    return drop, back
+
+
+def said(seconds: float | None) -> str:
+    return "never" if seconds is None else f"{seconds:.1f}"
+
+
+def report(instants, at_work, started, step, load_ended, run_ended, quiet, load) -> str:
+    first_write = min(instants, default=step)
+    drop, back = paces(
+        "writes", lambda a, b: rate(instants, a, b), "rows/s", step, load_ended, run_ended,
+        first_write,
+    )  # fmt: skip
+    print(f"  run's time at work: {len(at_work)} samples, {AT_WORK_EVERY_S:g} s apart")
+    at_work_drop, at_work_back = paces(
+        "time at work", lambda a, b: at_work_share(at_work, a, b), "share", step, load_ended,
+        run_ended, started,
+    )  # fmt: skip
     quiet_p99, load_p99 = percentile(quiet, 0.99), percentile(load, 0.99)
     print(f"  app alone         {len(quiet):6d} tx  p99 {quiet_p99:6.2f} ms")
     print(f"  app, first {JUDGED_S:.0f} s  {len(load):6d} tx  p99 {load_p99:6.2f} ms")
     return (
-        f"drop_after_s={'never' if drop is None else f'{drop:.1f}'} "
-        f"back_after_s={'never' if back is None else f'{back:.1f}'} "
+        f"drop_after_s={said(drop)} back_after_s={said(back)} "
+        f"at_work_drop_after_s={said(at_work_drop)} at_work_back_after_s={said(at_work_back)} "
         f"quiet_p99_ms={quiet_p99:.2f} load_p99_ms={load_p99:.2f} ratio={load_p99 / quiet_p99:.2f}"
     )
 
@@ -154,7 +210,7 @@ def main(argv=None) -> int:
             with psycopg.connect(**conninfo, autocommit=True) as conn:
                 last_scrap = conn.execute(LAST_SCRAP).fetchone()[0]
             quiet = app_alone(args, script, copy)
-            started, step, load_ended, ended, load, success = the_step(
+            started, step, load_ended, ended, load, success, at_work = the_step(
                 args, script, copy, conninfo, last_scrap
             )
             with psycopg.connect(**conninfo, autocommit=True) as conn:
@@ -165,7 +221,7 @@ def main(argv=None) -> int:
                 f"{ended - started:.1f} s, {len(instants):,} jobs created; the load from "
                 f"{step - started:.1f} s to {load_ended - started:.1f} s"
             )
-            print(report(instants, step, load_ended, ended, quiet, load))
+            print(report(instants, at_work, started, step, load_ended, ended, quiet, load))
     finally:
         server.drop(copy)
         if seeded_here and not args.keep_template:
