@@ -32,6 +32,7 @@ from pathlib import Path
 
 import psycopg
 
+from batch_pipeline.san.dialects.postgresql.load import APPLICATION_NAME
 from bench.app_latency import (
     app_parser,
     borrowed_template,
@@ -57,12 +58,13 @@ RUN_WRITES = """
 LAST_SCRAP = "SELECT coalesce(max(id), 0) FROM scraps"
 # Is the run at work (a statement of its own running: a detection's chunk or a write batch; not
 # its throttle's probe): sampled every AT_WORK_EVERY_S, its share of a window is the run's pace,
-# detections included (a sweep creates no jobs).
+# detections included (a sweep creates no jobs). The sampler names itself as the run does: a
+# session of any other name on SAN's database is the app at work to the throttle.
 AT_WORK_EVERY_S = 0.05
 RUN_AT_WORK = """
     SELECT count(*) FROM pg_stat_get_activity(NULL)
-     WHERE application_name = 'batch_pipeline' AND state = 'active'
-       AND query NOT LIKE '%txid_current%'
+     WHERE application_name = %(ours)s AND state = 'active'
+       AND pid <> pg_backend_pid() AND query NOT LIKE '%%txid_current%%'
 """
 FIRST_WRITE = RUN_WRITES + " LIMIT 1"
 
@@ -75,9 +77,12 @@ class RunAtWork(threading.Thread):
         self.conninfo, self.samples, self.stop = conninfo, [], threading.Event()
 
     def run(self) -> None:
-        with psycopg.connect(**self.conninfo, autocommit=True) as conn:
+        with psycopg.connect(
+            **self.conninfo, autocommit=True, application_name=APPLICATION_NAME
+        ) as conn:
             while not self.stop.is_set():
-                self.samples.append((time.time(), conn.execute(RUN_AT_WORK).fetchone()[0] > 0))
+                working = conn.execute(RUN_AT_WORK, {"ours": APPLICATION_NAME}).fetchone()[0]
+                self.samples.append((time.time(), working > 0))
                 self.stop.wait(AT_WORK_EVERY_S)
 
 
@@ -107,7 +112,8 @@ def the_step(args, script: Path, database: str, conninfo: dict, last_scrap: int)
     at_work.start()
     go.set()
     run_started = time.time()
-    with psycopg.connect(**conninfo, autocommit=True) as conn:
+    # named as the run's sessions are: the throttle must not take this poll for the app at work
+    with psycopg.connect(**conninfo, autocommit=True, application_name=APPLICATION_NAME) as conn:
         found = {"since": run_started, "last_scrap": last_scrap}
         while run.is_alive() and not conn.execute(FIRST_WRITE, found).fetchone():
             time.sleep(0.05)  # a run that wrote nothing steps the load when it ends
