@@ -52,6 +52,12 @@ class Target(Protocol):
     def job_source(self, target_ids: Sequence[int]) -> JobSource: ...
 
 
+# Targets per lookup statement: a default cap's 5,000 in one took 300 ms under saturation at
+# scale 1, past the 250 ms a statement of ours may take (docs/benchmarks.md, "The feedback
+# throttle").
+FAILURE_LOOKUP_IDS = 1_000
+
+
 def last_failures(
     engine: Engine,
     recovery: Target,
@@ -62,24 +68,28 @@ def last_failures(
     indexed by target id: the audit's heal ages run from there. One lookup over FAILED jobs: the
     partial ix_san_jobs_failed_updated holds every column it needs, where ix_san_jobs_target
     would fetch each of the targets' jobs from the heap for its updated_at (docs/benchmarks.md,
-    "Figures behind the code"). It reads only FAILED jobs, which an area's own write batches
-    never create (they insert PENDING jobs): recover_targets runs it beside them."""
+    "Figures behind the code"), FAILURE_LOOKUP_IDS targets a statement. It reads only FAILED
+    jobs, which an area's own write batches never create (they insert PENDING jobs):
+    recover_targets runs it beside them."""
     with_attempts = targets.loc[targets["attempts"] > 0, recovery.id_key].tolist()
     if not with_attempts:
         return NO_FAILURES
+    rows: list = []
     with read_transaction(engine, limits) as conn:
-        rows = named_rows(
-            conn.execute(
-                select(jobs.c.target_id, func.max(jobs.c.updated_at).label("failed_at"))
-                .where(
-                    jobs.c.status == FAILED,
-                    jobs.c.job_type == recovery.job_type,
-                    dialect(conn).id_in(jobs.c.target_id, with_attempts),
-                )
-                .group_by(jobs.c.target_id)
-            ),
-            ("target_id", "failed_at"),
-        )
+        for start in range(0, len(with_attempts), FAILURE_LOOKUP_IDS):
+            chunk = with_attempts[start : start + FAILURE_LOOKUP_IDS]
+            rows += named_rows(
+                conn.execute(
+                    select(jobs.c.target_id, func.max(jobs.c.updated_at).label("failed_at"))
+                    .where(
+                        jobs.c.status == FAILED,
+                        jobs.c.job_type == recovery.job_type,
+                        dialect(conn).id_in(jobs.c.target_id, chunk),
+                    )
+                    .group_by(jobs.c.target_id)
+                ),
+                ("target_id", "failed_at"),
+            )
     if not rows:
         return NO_FAILURES
     target_ids, ended = zip(*rows, strict=True)
