@@ -50,6 +50,7 @@ from pathlib import Path
 import psycopg
 
 from batch_pipeline.san.database import create_san_engine
+from batch_pipeline.san.dialects.postgresql.load import APPLICATION_NAME
 from batch_pipeline.san.schema import create_recommended_indexes
 from bench.runner import (
     DEFAULT_SERVER_URL,
@@ -84,6 +85,9 @@ UPDATE jobs SET status = 'COMPLETED', finished_at = now(), updated_at = now() WH
 COMMIT;
 """
 # the WAL written while the run ran (the app's share is small: 150 transactions a second)
+# The bench's own sessions on SAN's database, named as the run's: the throttle takes a session
+# of any other name that ran a statement within the last second for the app at work.
+AS_THE_RUN = {"application_name": APPLICATION_NAME}
 WAL_POSITION = "SELECT pg_current_wal_insert_lsn()"
 WAL_SINCE = "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)::bigint"
 # the app's traffic alone before the run: its p99 is the ~80th slowest of ~8,000 transactions,
@@ -174,7 +178,7 @@ class WaitSampler(threading.Thread):
     SAMPLE = (
         "SELECT application_name, wait_event_type, wait_event, left(query, 60)"
         " FROM pg_stat_activity WHERE state = 'active'"
-        " AND application_name IN ('pgbench', 'batch_pipeline')"
+        " AND application_name IN ('pgbench', 'batch_pipeline') AND pid <> pg_backend_pid()"
     )
 
     def __init__(self, conninfo: dict):
@@ -183,7 +187,7 @@ class WaitSampler(threading.Thread):
         self.run_doing: list[tuple[float, str]] = []
 
     def run(self) -> None:
-        with psycopg.connect(**self.conninfo, autocommit=True) as conn:
+        with psycopg.connect(**self.conninfo, autocommit=True, **AS_THE_RUN) as conn:
             while not self.stop.is_set():
                 now, run_doing = time.time(), []
                 for application, wait_type, wait, query in conn.execute(self.SAMPLE):
@@ -393,7 +397,7 @@ def one_repeat(
     time.sleep(WARM_UP_S)
     host.mark("quiet")
     time.sleep(max(args.quiet - WARM_UP_S, 0))
-    with psycopg.connect(**conninfo, autocommit=True) as conn:
+    with psycopg.connect(**conninfo, autocommit=True, **AS_THE_RUN) as conn:
         wal_before = conn.execute(WAL_POSITION).fetchone()[0]
         host.mark("during")
         go.set()

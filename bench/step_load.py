@@ -34,6 +34,7 @@ import psycopg
 
 from batch_pipeline.san.dialects.postgresql.load import APPLICATION_NAME
 from bench.app_latency import (
+    AS_THE_RUN,
     app_parser,
     borrowed_template,
     latencies,
@@ -58,15 +59,18 @@ RUN_WRITES = """
 LAST_SCRAP = "SELECT coalesce(max(id), 0) FROM scraps"
 # Is the run at work (a statement of its own running: a detection's chunk or a write batch; not
 # its throttle's probe): sampled every AT_WORK_EVERY_S, its share of a window is the run's pace,
-# detections included (a sweep creates no jobs). The sampler names itself as the run does: a
-# session of any other name on SAN's database is the app at work to the throttle.
+# detections included (a sweep creates no jobs). The sampler is named as the run's sessions are
+# (AS_THE_RUN), and excludes itself.
 AT_WORK_EVERY_S = 0.05
 RUN_AT_WORK = """
     SELECT count(*) FROM pg_stat_get_activity(NULL)
      WHERE application_name = %(ours)s AND state = 'active'
        AND pid <> pg_backend_pid() AND query NOT LIKE '%%txid_current%%'
 """
-FIRST_WRITE = RUN_WRITES + " LIMIT 1"
+# the run's first job (pgbench is stopped until then): one step of the primary key, not a scan
+# of the jobs table's 5 M rows, which held a core every 50 ms beside the run's first detection
+LAST_JOB = "SELECT coalesce(max(id), 0) FROM jobs"
+FIRST_WRITE = "SELECT 1 FROM jobs WHERE id > %(last_job)s LIMIT 1"
 
 
 class RunAtWork(threading.Thread):
@@ -77,9 +81,7 @@ class RunAtWork(threading.Thread):
         self.conninfo, self.samples, self.stop = conninfo, [], threading.Event()
 
     def run(self) -> None:
-        with psycopg.connect(
-            **self.conninfo, autocommit=True, application_name=APPLICATION_NAME
-        ) as conn:
+        with psycopg.connect(**self.conninfo, autocommit=True, **AS_THE_RUN) as conn:
             while not self.stop.is_set():
                 working = conn.execute(RUN_AT_WORK, {"ours": APPLICATION_NAME}).fetchone()[0]
                 self.samples.append((time.time(), working > 0))
@@ -104,17 +106,16 @@ def app_alone(args, script: Path, database: str) -> list[float]:
     return [ms for ended, ms in latencies(folder) if ended >= started + 5]
 
 
-def the_step(args, script: Path, database: str, conninfo: dict, last_scrap: int):
+def the_step(args, script: Path, database: str, conninfo: dict):
     """The run on the idle database, the load stepped up and down during it: (run started,
     step, load ended, run ended, the load's latencies, success)."""
     run, go, results = recovery_process(db_url(args.server_url, database), None, dict(LIFTED))
     at_work = RunAtWork(conninfo)
     at_work.start()
-    go.set()
-    run_started = time.time()
-    # named as the run's sessions are: the throttle must not take this poll for the app at work
-    with psycopg.connect(**conninfo, autocommit=True, application_name=APPLICATION_NAME) as conn:
-        found = {"since": run_started, "last_scrap": last_scrap}
+    # AS_THE_RUN: the throttle must not take this poll for the app at work
+    with psycopg.connect(**conninfo, autocommit=True, **AS_THE_RUN) as conn:
+        found = {"last_job": conn.execute(LAST_JOB).fetchone()[0]}
+        go.set()
         while run.is_alive() and not conn.execute(FIRST_WRITE, found).fetchone():
             time.sleep(0.05)  # a run that wrote nothing steps the load when it ends
     time.sleep(args.step_at)
@@ -217,7 +218,7 @@ def main(argv=None) -> int:
                 last_scrap = conn.execute(LAST_SCRAP).fetchone()[0]
             quiet = app_alone(args, script, copy)
             started, step, load_ended, ended, load, success, at_work = the_step(
-                args, script, copy, conninfo, last_scrap
+                args, script, copy, conninfo
             )
             with psycopg.connect(**conninfo, autocommit=True) as conn:
                 found = conn.execute(RUN_WRITES, {"since": started, "last_scrap": last_scrap})
