@@ -69,6 +69,7 @@ RUN_AT_WORK = """
 """
 # the run's first job (pgbench is stopped until then): one step of the primary key, not a scan
 # of the jobs table's 5 M rows, which held a core every 50 ms beside the run's first detection
+# (unprepared: psycopg's generic plan of `id > $1` after five calls was that scan)
 LAST_JOB = "SELECT coalesce(max(id), 0) FROM jobs"
 FIRST_WRITE = "SELECT 1 FROM jobs WHERE id > %(last_job)s LIMIT 1"
 
@@ -116,7 +117,7 @@ def the_step(args, script: Path, database: str, conninfo: dict):
     with psycopg.connect(**conninfo, autocommit=True, **AS_THE_RUN) as conn:
         found = {"last_job": conn.execute(LAST_JOB).fetchone()[0]}
         go.set()
-        while run.is_alive() and not conn.execute(FIRST_WRITE, found).fetchone():
+        while run.is_alive() and not conn.execute(FIRST_WRITE, found, prepare=False).fetchone():
             time.sleep(0.05)  # a run that wrote nothing steps the load when it ends
     time.sleep(args.step_at)
     folder = Path(tempfile.mkdtemp(prefix="step_load_"))
