@@ -31,11 +31,6 @@ _COLUMN_CHECKS = {
 }
 
 
-def in_frame(column: ColumnElement) -> ColumnElement:
-    """Whether `column` holds an instant a frame (and Python) can hold: a keyset's key must."""
-    return column.between(literal(FRAME_MIN, Timestamp), literal(FRAME_MAX, Timestamp))
-
-
 def frame_instant(column: ColumnElement) -> ColumnElement:
     """`column` as a detection selects it into a frame: clamped to what a frame can hold, so one
     row with an out-of-range timestamp cannot stop detection (the row is judged by SQL on its

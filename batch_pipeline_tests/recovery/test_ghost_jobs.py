@@ -6,7 +6,6 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text, update
 
-from batch_pipeline.recovery import ghost_jobs
 from batch_pipeline.recovery.ghost_closing import recover_ghost_jobs
 from batch_pipeline.recovery.ghost_jobs import (
     GhostRule,
@@ -15,8 +14,6 @@ from batch_pipeline.recovery.ghost_jobs import (
 from batch_pipeline.recovery.plan import RecoveryPolicy
 from batch_pipeline.san.dialects.postgresql import has_target_index
 from batch_pipeline.san.dispatch import Dispatcher
-from batch_pipeline.san.indexes import ACTIVE_JOBS_INDEX
-from batch_pipeline.san.schema import create_recommended_indexes
 from batch_pipeline.san.tables import (
     CARD_ANALYSIS,
     COMPLETED,
@@ -34,7 +31,6 @@ from batch_pipeline_tests.conftest import (
     DiesOnBatch,
     san_database_on_path,
 )
-from batch_pipeline_tests.sweeps import chunks_of_each_sweep, small_chunks
 
 
 @pytest.fixture(params=WRITE_PATHS)
@@ -109,37 +105,6 @@ def test_every_job_type_is_closed_failed_and_re_enqueued(san_db):
     assert "stale in PENDING for 45 min" in message and "threshold 30 min" in message
     assert "stale in PROCESSING for 120 min" in san_db.get_job(stuck).error_message
     assert "threshold 60 min" in san_db.get_job(stuck).error_message
-
-
-def test_ghosts_read_in_chunks_are_what_one_statement_finds(san_db, monkeypatch):
-    """In chunks of 2 of the active jobs' index (several created on one instant: the keyset
-    breaks the tie by id), and without that index in one statement: the same ghosts, the same
-    attempts, oldest first; no statement of ours holds a core for 25,000 ghosts at once."""
-    small_chunks(monkeypatch, 2)
-    chunked = chunks_of_each_sweep(monkeypatch, ghost_jobs, "swept_after")
-    same_instant = san_db.ago(hours=3)
-    for number, job_type in enumerate(JOB_TYPES * 2):
-        created = same_instant if number < 3 else san_db.ago(hours=2, minutes=number)
-        san_db.job(job_type, 100 + number, FAILED, created_at=created)  # an earlier attempt
-        san_db.job(job_type, 100 + number, PENDING, created_at=created)
-    san_db.job(CARD_ANALYSIS, 999, PENDING, created_at=san_db.ago(minutes=5))  # not stale yet
-    expected = 2 * len(JOB_TYPES)
-    if san_db.kind == "postgres":  # an instant no key can hold: read apart, not lost
-        san_db.job(CARD_ANALYSIS, 998, FAILED)
-        timeless = san_db.job(CARD_ANALYSIS, 998, PENDING)
-        with san_db.engine.begin() as conn:
-            conn.execute(update(jobs).where(jobs.c.id == timeless).values(created_at="-infinity"))
-        expected += 1
-    create_recommended_indexes(san_db.engine)
-    ghosts = detect(san_db)
-    assert len(ghosts) == expected and set(ghosts["attempts"]) == {2}
-    assert list(ghosts["stale_since"]) == sorted(ghosts["stale_since"])
-    assert chunked == [2 * len(JOB_TYPES) // 2 + 1]  # the last chunk is the short one
-    with san_db.engine.begin() as conn:
-        conn.execute(text(f"DROP INDEX {ACTIVE_JOBS_INDEX}"))
-    in_one = detect(san_db)
-    assert in_one.to_dict("records") == ghosts.to_dict("records")
-    assert len(chunked) == 1  # without the index: one statement, not a scan per chunk
 
 
 def test_a_second_run_finds_nothing_more(san_db):
