@@ -23,7 +23,8 @@ from batch_pipeline.recovery.ghost_jobs import (
     STALE_PENDING_AFTER,
     STALE_PROCESSING_AFTER,
     GhostRule,
-    detect_stale_jobs_query,
+    attempts_query,
+    stale_jobs_query,
 )
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
 from batch_pipeline.recovery.plan import MAX_ATTEMPTS
@@ -36,7 +37,7 @@ from batch_pipeline.san.dialects.postgresql.catalog import SEQSCAN_OFF_IF_INDEXE
 from batch_pipeline.san.dispatch import PG_NOTIFY_CHANNEL
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
 from batch_pipeline.san.schema import create_recommended_indexes
-from batch_pipeline.san.sweep import MAX_CHUNK_IDS
+from batch_pipeline.san.sweep import MAX_CHUNK_IDS, MAX_CHUNK_KEYS
 from batch_pipeline.til.assets import til_run_config
 from batch_pipeline.til.auto_generation import day_bounds, scraps_of_day_query
 from bench import baseline
@@ -224,6 +225,7 @@ def plan_shape(conn: psycopg.Connection, sql: str, params: dict) -> str:
 # does (avoid_full_scans): the indexes each one needs valid.
 PLANNER_SETTINGS = {
     "ghost_jobs detection": GHOST_DETECTION_PREFERS,
+    "ghost_jobs detection, a chunk's attempts": GHOST_DETECTION_PREFERS,
     **{
         f"{r.name} detection": r.full_sweep_prefers
         for r in TARGET_RECOVERIES
@@ -237,7 +239,11 @@ def detection_queries(now: datetime, day: date):
     engine = create_san_engine(DEFAULT_SERVER_URL)  # only its dialect, to compile; never connects
     start, end = day_bounds(day, ZONE)
     queries = {
-        "ghost_jobs detection": detect_stale_jobs_query(GhostRule(now=now)),
+        "ghost_jobs detection": stale_jobs_query(GhostRule(now=now)),
+        "ghost_jobs detection, a chunk's attempts": attempts_query(
+            engine,
+            range(11, 100 * MAX_CHUNK_KEYS, 100),  # the seed's ghosts: id % 100 = 11
+        ),
         **{
             f"{r.name} detection": detect_query(r, created_before=now - ORPHAN_MIN_AGE)
             for r in TARGET_RECOVERIES

@@ -6,6 +6,9 @@ A chunk aims at CHUNK_SECONDS of work on a quiet database, at most MAX_CHUNK_IDS
 of the primary key, or of an index on it: a range scan); the ids need not be dense. Without
 signals (SQLite) the chunks do not rest: the statement bound is what a sweep needs there.
 
+`swept_among` is the same sweep over keys already read (the targets a first statement found,
+whose related rows a second one reads): each chunk is the next keys of the list.
+
 `swept_after` is the same sweep over a key that is not an integer range (the TIL day's scraps,
 in (created_at, id) order on the created_at index): each chunk is the next rows past the last
 key read, at most as many as the throttle allows.
@@ -16,6 +19,7 @@ the area's audit says how long the detection read and rested, and why, beside it
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -29,6 +33,7 @@ from batch_pipeline.san.throttle import ThrottleLog, ThrottleState
 CHUNK_SECONDS = 0.1  # well inside the 250 ms a statement of ours may take
 FIRST_CHUNK_IDS = 1_000
 MAX_CHUNK_IDS = 50_000
+MAX_CHUNK_KEYS = 10_000  # keys are bound as parameters: 32,766 at most in SQLite by default
 CHUNK_AIMS = ThrottleState(
     batch_size=FIRST_CHUNK_IDS,
     target_seconds=CHUNK_SECONDS,
@@ -69,6 +74,31 @@ def swept(
             rows.extend(read_chunk(after, after + span))
             throttle.written(span, time.monotonic() - started)
             after += span
+    finally:
+        throttle.close()
+    return rows, throttle.log
+
+
+def swept_among(
+    conn: Connection,
+    keys: Sequence,
+    read_chunk: Callable[[Sequence], Sequence],
+    limits: WriteLimits = WriteLimits(),
+) -> tuple[list, ThrottleLog]:
+    """The rows `read_chunk(some_keys)` returns for every chunk of `keys`, in their order, and
+    how the sweep was paced."""
+    most = min(CHUNK_AIMS.max_batch, MAX_CHUNK_KEYS)
+    aims = replace(CHUNK_AIMS, batch_size=min(CHUNK_AIMS.batch_size, most), max_batch=most)
+    throttle = throttle_for(conn.engine, None, limits, aims)
+    rows: list = []
+    start = 0
+    try:
+        while start < len(keys):
+            span = throttle.next_batch()
+            started = time.monotonic()
+            rows.extend(read_chunk(keys[start : start + span]))
+            throttle.written(span, time.monotonic() - started)
+            start += span
     finally:
         throttle.close()
     return rows, throttle.log

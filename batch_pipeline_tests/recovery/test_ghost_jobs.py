@@ -6,6 +6,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text, update
 
+from batch_pipeline.recovery import ghost_jobs
 from batch_pipeline.recovery.ghost_closing import recover_ghost_jobs
 from batch_pipeline.recovery.ghost_jobs import (
     GhostRule,
@@ -31,6 +32,7 @@ from batch_pipeline_tests.conftest import (
     DiesOnBatch,
     san_database_on_path,
 )
+from batch_pipeline_tests.sweeps import chunks_of_each_sweep, small_chunks
 
 
 @pytest.fixture(params=WRITE_PATHS)
@@ -105,6 +107,29 @@ def test_every_job_type_is_closed_failed_and_re_enqueued(san_db):
     assert "stale in PENDING for 45 min" in message and "threshold 30 min" in message
     assert "stale in PROCESSING for 120 min" in san_db.get_job(stuck).error_message
     assert "threshold 60 min" in san_db.get_job(stuck).error_message
+
+
+def test_attempts_are_counted_a_few_targets_a_statement_and_none_is_lost(san_db, monkeypatch):
+    """Ghosts of one target under two job types, targets with 1 to 3 attempts: counted 2
+    targets a statement, the same attempts and order as before the count was chunked; no
+    statement of ours counts 25,000 ghosts' attempts at once."""
+    small_chunks(monkeypatch, 2)
+    chunked = chunks_of_each_sweep(monkeypatch, ghost_jobs, "swept_among")
+    expected = {}
+    for number in range(7):
+        job_type = JOB_TYPES[number % len(JOB_TYPES)]
+        target = 100 + number // 2  # two ghosts share a target, under other job types
+        for _ in range(number % 3):
+            san_db.job(job_type, target, FAILED, created_at=san_db.ago(hours=5))
+        ghost = san_db.job(
+            job_type, target, PENDING, created_at=san_db.ago(hours=2, minutes=number)
+        )
+        expected[ghost] = number % 3 + 1
+    san_db.job(JOB_TYPES[2], 100, FAILED)  # another job type's attempt on 100: not counted
+    ghosts = detect(san_db)
+    assert dict(zip(ghosts["job_id"], ghosts["attempts"], strict=True)) == expected
+    assert list(ghosts["job_id"]) == sorted(expected, reverse=True)  # oldest first
+    assert chunked == [2]  # 4 targets, 2 a statement
 
 
 def test_a_second_run_finds_nothing_more(san_db):

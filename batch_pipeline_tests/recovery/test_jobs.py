@@ -533,10 +533,12 @@ def test_the_audit_says_how_the_throttle_paced_the_writes(san_db):
 
 def test_the_audit_says_how_the_detection_s_sweep_was_paced(san_db, monkeypatch):
     """The orphan detection's full sweep, in chunks of 2 ids, is in its area's audit beside the
-    writes' pacing; the ghost detection (one statement on the active jobs' index) has none."""
+    writes' pacing; the ghost detection's, its attempts counted 2 targets a chunk, in its own."""
     small_chunks(monkeypatch, 2)
     user = san_db.user()
     orphans = [san_db.scrap(user, created_at=san_db.ago(hours=1)) for _ in range(5)]
+    for target in range(3):
+        san_db.job(CARD_ANALYSIS, 900 + target, PENDING, created_at=san_db.ago(hours=1))
     result, instance = run_recovery(san_db)
     assert result.success
     audit = latest_metadata(instance, "orphan_scrap_recovery")
@@ -544,4 +546,6 @@ def test_the_audit_says_how_the_detection_s_sweep_was_paced(san_db, monkeypatch)
     sweep = audit["detection_throttle"]
     assert sweep["batches"] == 3  # 5 consecutive ids, 2 a chunk
     assert sweep["write_seconds"] > 0 and sweep["rest_seconds"] >= 0
-    assert "detection_throttle" not in latest_metadata(instance, "ghost_job_recovery")
+    ghosts = latest_metadata(instance, "ghost_job_recovery")
+    assert len(ghosts["recovered"]) == 3
+    assert ghosts["detection_throttle"]["batches"] == 2  # 3 targets, 2 a chunk

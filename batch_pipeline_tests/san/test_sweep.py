@@ -4,7 +4,7 @@ sweep of a recovery finds exactly what one statement over the whole table finds.
 
 import math
 
-from sqlalchemy import text, tuple_
+from sqlalchemy import func, select, text, tuple_
 
 from batch_pipeline.recovery import targets
 from batch_pipeline.recovery.orphan_scraps import ORPHAN_SCRAPS
@@ -50,6 +50,41 @@ def test_an_empty_table_is_no_chunk(san_db):
     with san_db.engine.connect() as conn:
         rows, log = sweep.swept(conn, scraps.c.id, lambda after, upto: [])
     assert rows == [] and log.batches == 0
+
+
+def test_keys_already_read_are_swept_a_chunk_at_a_time_in_their_order(san_db, monkeypatch):
+    small_chunks(monkeypatch)
+    keys = [5, 3, 99, 1, *range(200, 220)]
+    chunks = []
+
+    def read_chunk(some_keys):
+        chunks.append(list(some_keys))
+        return [(key, key * 2) for key in some_keys]
+
+    with san_db.engine.connect() as conn:
+        rows, log = sweep.swept_among(conn, keys, read_chunk)
+        nothing, none_read = sweep.swept_among(conn, [], read_chunk)
+    assert rows == [(key, key * 2) for key in keys]
+    assert [key for chunk in chunks for key in chunk] == keys
+    assert len(chunks) == math.ceil(len(keys) / CEILING) == log.batches
+    assert nothing == [] and none_read.batches == 0
+
+
+def test_a_list_of_keys_is_never_bound_past_what_sqlite_takes(san_db, monkeypatch):
+    """However cheap a chunk, a list chunk binds at most MAX_CHUNK_KEYS parameters (SQLite
+    builds refuse more than 32,766 by default)."""
+    sweeps.small_chunks(monkeypatch, 10 * sweep.MAX_CHUNK_KEYS)
+    keys = list(range(4 * sweep.MAX_CHUNK_KEYS))
+    sizes = []
+
+    def read_chunk(some_keys):
+        sizes.append(len(some_keys))
+        return conn.execute(select(func.count()).where(scraps.c.id.in_(some_keys))).all()
+
+    with san_db.engine.connect() as conn:
+        rows, _ = sweep.swept_among(conn, keys, read_chunk)
+    assert sum(sizes) == len(keys) and max(sizes) <= sweep.MAX_CHUNK_KEYS
+    assert rows == [(0,)] * len(sizes)
 
 
 def test_a_recovery_s_full_sweep_finds_what_one_statement_finds(san_db, monkeypatch):
