@@ -246,14 +246,15 @@ def test_the_step_benchmark_reads_the_run_s_writes_back_and_times_the_app(capsys
 
 
 def test_the_sampler_cost_benchmark_compares_the_app_alone_and_sampled(capsys):
-    """bench/sampler_cost.py at a toy scale: both kinds of window hold transactions, one reading
-    is timed, the verdict line is printed."""
+    """bench/sampler_cost.py at a toy scale, at the resting pace: both kinds of window hold
+    transactions, one reading is timed, the verdict line is printed."""
     from bench import sampler_cost
 
     prefix = f"bp_sampler_{uuid.uuid4().hex[:8]}"
-    argv = ["--scale", "0.001", "--window", "3", "--rounds", "1", "--rate", "50"]
+    argv = ["--scale", "0.001", "--window", "3", "--rounds", "1", "--rate", "50", "--every", "0.5"]
     assert sampler_cost.main([*argv, "--server-url", pg_admin_url(), "--prefix", prefix]) == 0
     out = capsys.readouterr().out
+    assert "readings (every 0.5 s)" in out, out
     counts = re.findall(r"^  app (?:alone|\+ readings) +(\d+) tx", out, re.M)
     assert len(counts) == 2 and all(int(count) > 0 for count in counts), out
     assert re.search(

@@ -1,7 +1,7 @@
 """What the throttle's own readings cost SAN's app: pgbench plays the app (bench.app_latency's
 APP_SCRIPT) at `--rate` on a fresh copy of bench.app_latency's template, and its traffic is cut
 into windows of `--window` seconds, `--rounds` times in turn: the app alone, then the app while a
-Sampler (san/throttle.py) reads the database every SAMPLE_EVERY as during a run, nothing else
+Sampler (san/sampler.py) reads the database every `--every` seconds as during a run, nothing else
 of ours running. Prints each window's p99, both kinds' p99 over all their windows, and how long
 one reading takes seen from the client, back to back (checkout, settings, statement and commit:
 the server's share of it is at most that). The last line is machine-readable:
@@ -9,6 +9,7 @@ the server's share of it is at most that). The last line is machine-readable:
     alone_p99_ms=A sampled_p99_ms=S ratio=R reading_ms=M
 
     .venv/bin/python -m bench.sampler_cost [--scale 1] [--rate 150] [--window 30] [--rounds 3]
+        [--every 0.1]
 """
 
 import time
@@ -16,7 +17,7 @@ from datetime import UTC, datetime
 
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.enqueue import signals_of
-from batch_pipeline.san.throttle import SAMPLE_EVERY, Sampler
+from batch_pipeline.san.sampler import RESTING_SAMPLE_EVERY, SAMPLE_EVERY, Sampler
 from bench.app_latency import (
     WARM_UP_S,
     app_parser,
@@ -42,7 +43,7 @@ def windows(args, engine) -> list[tuple[str, float, float]]:
         time.sleep(args.window)
         cut.append((ALONE, start, time.time()))
         start = time.time()
-        sampler = Sampler(signals_of(engine))
+        sampler = Sampler(signals_of(engine), every=args.every)
         time.sleep(args.window)
         sampler.stop()
         cut.append((SAMPLED, start, time.time()))
@@ -62,13 +63,20 @@ def main(argv=None) -> int:
     parser = app_parser("python -m bench.sampler_cost", __doc__, rate=150.0)
     parser.add_argument("--window", type=float, default=30.0, help="seconds per window")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--every",
+        type=float,
+        default=SAMPLE_EVERY,
+        help=f"seconds between two readings: {SAMPLE_EVERY:g} while a run writes (the default), "
+        f"{RESTING_SAMPLE_EVERY:g} while it rests",
+    )
     template_options(parser)
     args = parser.parse_args(argv)
     scale = Scale(args.scale)
     server, template, seeded_here, script = borrowed_template(args, scale, "sampler_cost_")
     folder, copy = script.parent, f"{args.prefix}_sampler"
     print(
-        f"# the throttle's readings (every {SAMPLE_EVERY:g} s) against the app alone: scale "
+        f"# the throttle's readings (every {args.every:g} s) against the app alone: scale "
         f"{args.scale}, pgbench {args.clients} clients at {args.rate:g} tx/s, {args.rounds} rounds "
         f"of {args.window:g} s windows; {datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
     )

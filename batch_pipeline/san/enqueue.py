@@ -31,11 +31,11 @@ from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.errors import first_line
 from batch_pipeline.san.job_source import Eligibility, EnqueueRequest, JobSource
 from batch_pipeline.san.limits import WriteLimits
+from batch_pipeline.san.sampler import Sampler
 from batch_pipeline.san.tables import PENDING, holds_its_target, jobs
 from batch_pipeline.san.throttle import (
     WRITE_AIMS,
     Overrides,
-    Sampler,
     Signals,
     Throttle,
     ThrottleLog,

@@ -2,7 +2,7 @@
 
 Every write path (recovery_job, the TIL day, the fast lane, redrive) writes through
 `run_in_batches` (san/enqueue.py), which asks a Throttle before each batch how many rows to
-write and how long to rest first. A Sampler reads the database's signals every SAMPLE_EVERY
+write and how long to rest first. A Sampler (san/sampler.py) reads the database's signals
 beside the writes (a dialect's `read_load`: a small transaction's time, as an app's feels it,
 the app's sessions at work, those blocked by ours, replica lag), and the Throttle applies
 `decide`, a pure function of those readings and the batches so far, in three zones:
@@ -27,9 +27,9 @@ batch; an operator's `batch_pause_ratio` fixes the rest ratio (the critical zone
 
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 # -- the law's constants (their figures: docs/benchmarks.md, "The feedback throttle") ---------
 TARGET_BATCH_SECONDS = 0.25  # a batch's work when the database is quiet
@@ -51,8 +51,6 @@ BUSY_LOAD = 0.75  # the app's active sessions per database core
 APP_AT_WORK_WITHIN = 1.0  # seconds: an app session that ran a statement this recently is at work
 CRITICAL_LOAD = 2.0  # ... past which it is critical
 REACT_EVERY = 0.5  # seconds between two decisions during a rest
-# Readings beside the writes, this often: a reading between two batches never sees what an app
-SAMPLE_EVERY = 0.1  # transaction feels while a batch of ours runs
 JUDGED_QUANTILE = 0.9  # of the probe times read while a batch ran (and since): its judge
 FALLBACK_REST_RATIO = 30.0  # without signals: the batch-time rule
 # The quiet baseline: the fastest probe this run has seen (the next run learns it again), never
@@ -161,35 +159,16 @@ def aggregate(samples: Sequence[Signals]) -> Signals | None:
     )
 
 
-class Sampler:
-    """Reads the database's signals every SAMPLE_EVERY in a daemon thread, writes or not; `take()`
-    hands over the readings since the last call. A reading that fails is skipped."""
+class Readings(Protocol):
+    """What the Throttle asks of a Sampler (san/sampler.py): the readings taken beside the writes
+    since the last call, and whether it rests."""
 
-    def __init__(self, read: Callable[[], Signals | None], every: float = SAMPLE_EVERY):
-        self.read, self.every = read, every
-        self.samples: deque[Signals] = deque(maxlen=1_000)
-        self.stopped = threading.Event()
-        self.fresh = threading.Event()  # set by a reading, cleared by take()
-        self.taken = 0
-        self.thread = threading.Thread(target=self._run, daemon=True, name="throttle-sampler")
-        self.thread.start()
+    fresh: threading.Event  # set by a reading, cleared by take()
+    taken: int
 
-    def _run(self) -> None:
-        while not self.stopped.is_set():
-            reading = self.read()
-            if reading is not None:
-                self.samples.append(reading)
-                self.taken += 1
-                self.fresh.set()
-            self.stopped.wait(self.every)
-
-    def take(self) -> list[Signals]:
-        self.fresh.clear()
-        return [self.samples.popleft() for _ in range(len(self.samples))]
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.thread.join(timeout=5)
+    def take(self) -> list[Signals]: ...
+    def rest(self, resting: bool) -> None: ...
+    def stop(self) -> None: ...
 
 
 def learned_baseline(baseline: float | None, probe_seconds: float) -> float:
@@ -330,7 +309,7 @@ class Throttle:
         read_signals: Callable[[], Signals | None] | None,
         overrides: Overrides = Overrides(),
         sleep: Callable[[float], None] = time.sleep,
-        sampler: Sampler | None = None,
+        sampler: Readings | None = None,
         aims: ThrottleState = WRITE_AIMS,
     ):
         """`sampler`: readings beside the writes (without one each decision reads once, now: a
@@ -350,7 +329,7 @@ class Throttle:
             if not samples and self.last is None and self.sampler.fresh.wait(1.0):
                 samples = self.sampler.take()  # at the start: its first reading
             self.log.readings = self.sampler.taken
-            # none new (a batch shorter than SAMPLE_EVERY): the latest still holds
+            # none new (a batch shorter than the readings' pace): the latest still holds
             self.last = aggregate(samples) or self.last
             return self.last
         self.log.readings += 1
@@ -369,6 +348,7 @@ class Throttle:
                 self.state = replace(self.state, baseline=baseline, recent=(signals.probe_seconds,))
             return self.state.batch_size
         rest_left, rested = self.rest, 0.0
+        self._resting(True)
         while rest_left > 0:
             nap = min(rest_left, REACT_EVERY)
             self.sleep(nap)
@@ -384,7 +364,12 @@ class Throttle:
                 rest_left = max(rest_left, CRITICAL_REST - rested)
             # a reading judges the zone (no batch, no cost learned): never a larger batch
             self.state = replace(again, batch_size=min(self.state.batch_size, again.batch_size))
+        self._resting(False)
         return self.state.batch_size
+
+    def _resting(self, resting: bool) -> None:
+        if self.sampler is not None:
+            self.sampler.rest(resting)
 
     def written(self, rows: int, seconds: float) -> None:
         """A batch of `rows` committed after `seconds`: decide the rest and the next size."""

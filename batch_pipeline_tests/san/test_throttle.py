@@ -4,6 +4,8 @@ down, the least writing that still progresses
 when critical, a rest from the batch's own work (never a lock wait), back to full speed when
 quiet again, no flapping; the runtime's rests react to readings taken during them."""
 
+import threading
+
 from batch_pipeline.recovery.jobs import RECOVERY_TAGS
 from batch_pipeline.san.throttle import (
     APP_BATCH_SECONDS,
@@ -20,7 +22,6 @@ from batch_pipeline.san.throttle import (
     START_BATCH,
     TARGET_BATCH_SECONDS,
     Overrides,
-    Sampler,
     Signals,
     Throttle,
     ThrottleState,
@@ -203,6 +204,37 @@ def test_a_rest_ends_early_when_the_database_quiets_and_stretches_when_critical(
     assert MAX_BATCH >= START_BATCH
 
 
+class RestingSampler:
+    """A Sampler's face (throttle.Readings) that says, at each of the throttle's naps, whether
+    it was told the throttle rests."""
+
+    def __init__(self, readings, clock):
+        self.readings, self.fresh, self.taken = readings, threading.Event(), 0
+        self.resting, self.naps = False, []
+        clock.sleep = lambda seconds: self.naps.append(self.resting)
+
+    def take(self) -> list[Signals]:
+        self.taken += 1
+        return [next(self.readings)]
+
+    def rest(self, resting: bool) -> None:
+        self.resting = resting
+
+    def stop(self) -> None:
+        pass
+
+
+def test_the_sampler_is_told_when_the_throttle_rests_and_when_it_writes_again():
+    clock = Clock()
+    sampler = RestingSampler(iter([signals()] + [signals(active=2)] * 40), clock)
+    throttle = Throttle(lambda: None, sleep=lambda seconds: clock.sleep(seconds), sampler=sampler)
+    throttle.next_batch()
+    throttle.written(2_000, 2_000 * ROW_COST)  # the app is at work: a busy rest
+    throttle.next_batch()
+    assert len(sampler.naps) >= 2 and all(sampler.naps)  # fewer readings during it
+    assert sampler.resting is False  # the batch written next is read at the writing pace
+
+
 def test_a_long_busy_rest_keeps_the_batch_it_decided():
     """Each reading of a rest judges the zone only: it halved the next batch again, so a long
     busy rest shrank it to MIN_BATCH."""
@@ -223,18 +255,6 @@ def test_the_readings_of_a_batch_are_judged_by_their_slow_tail_and_worst_load():
     assert (judged.active_app_sessions, judged.blocked_by_us) == (3, 1)
     assert judged.app_sessions_at_work == 4
     assert aggregate([]) is None
-
-
-def test_the_sampler_reads_beside_the_writes_and_hands_over_what_it_read():
-    readings = iter([signals()] * 1_000)
-    sampler = Sampler(lambda: next(readings), every=0.001)
-    try:
-        assert sampler.fresh.wait(5)
-        taken = sampler.take()
-        assert taken and all(isinstance(sample, Signals) for sample in taken)
-    finally:
-        sampler.stop()
-    assert not sampler.thread.is_alive()
 
 
 def test_while_the_app_works_batches_are_small_and_rests_long_even_before_it_slows():

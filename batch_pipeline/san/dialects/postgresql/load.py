@@ -7,7 +7,7 @@ that ran a statement within the last APP_AT_WORK_WITHIN (the app at work between
 short transactions; the Dagster instance's database, if on the same server, is not SAN's).
 
 Its cost: one commit record of WAL and one pass over the backends' status (a few hundred rows
-at most) per reading, about 0.4 ms of the server's CPU; readings are SAMPLE_EVERY apart.
+at most) per reading, about 0.4 ms of the server's CPU; san/sampler.py sets their pace.
 A role that is not a superuser sees other roles' sessions only with pg_monitor (or
 pg_read_all_stats, deploy/postgres/grants.sql): without it the app's sessions on SAN's database
 count as unseen, and the commit latency alone steers (slowed by our own writes too, so an idle
