@@ -107,7 +107,7 @@ def detect_ghost_jobs(
     """Every ghost job, oldest first, with the attempts its (job_type, target_id) has had.
 
     Two reads, so no statement of ours holds a core for long: the ghosts in one statement
-    (15 ms for 25,000 at scale 1), then their attempts, a chunk of targets a statement under the
+    (34 ms for 25,000 at scale 1), then their attempts, a chunk of targets a statement under the
     throttle (san/sweep.py). One statement counting both took 270-390 ms at scale 1 under load.
     """
     dialect(conn).avoid_full_scans(conn, GHOST_DETECTION_PREFERS)  # transaction-local
