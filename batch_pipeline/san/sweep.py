@@ -31,6 +31,11 @@ from batch_pipeline.san.limits import WriteLimits
 from batch_pipeline.san.throttle import ThrottleLog, ThrottleState
 
 CHUNK_SECONDS = 0.1  # well inside the 250 ms a statement of ours may take
+# While the app works: a chunk reads on a core all along, and an app transaction that meets it
+# waits for that core (at the write batches' 0.02 s, chunks ran beside 38 % of the app's slowest
+# transactions in 1 % of the run's time; docs/benchmarks.md, "The feedback throttle"); a
+# chunk's fixed cost is a round trip, not a plan of writes, so short chunks cost the sweep little.
+BUSY_CHUNK_SECONDS = 0.005
 FIRST_CHUNK_IDS = 1_000
 MAX_CHUNK_IDS = 50_000
 MAX_CHUNK_KEYS = 10_000  # keys are bound as parameters: 32,766 at most in SQLite by default
@@ -38,6 +43,7 @@ CHUNK_AIMS = ThrottleState(
     batch_size=FIRST_CHUNK_IDS,
     target_seconds=CHUNK_SECONDS,
     max_batch=MAX_CHUNK_IDS,
+    busy_seconds=BUSY_CHUNK_SECONDS,
     fallback_rest_ratio=0.0,
 )
 # the frame's attrs key (pandas keeps attrs through pickling: the IO manager's hand-over)

@@ -91,6 +91,7 @@ class ThrottleState:
     # the ids a detection's chunk reads: san/sweep.py)
     target_seconds: float = TARGET_BATCH_SECONDS
     max_batch: int = MAX_BATCH
+    busy_seconds: float = APP_BATCH_SECONDS  # ... and its work while the app works
     fallback_rest_ratio: float = FALLBACK_REST_RATIO  # the batch-time rule's, without signals
 
 
@@ -210,10 +211,11 @@ def smallest(state: ThrottleState) -> int:
 
 
 def busy_size(state: ThrottleState, cost: float | None) -> int:
-    """The next batch while the app works: APP_BATCH_SECONDS of work at once from a larger one,
-    grown back to it at most x GROWTH from a smaller one (critical's), held there (every busy
-    batch once halved: a sweep fell to chunks of 10 ids and outlived its run)."""
-    app_sized = int(APP_BATCH_SECONDS / cost) if cost else state.batch_size
+    """The next batch while the app works: the aims' busy_seconds of work (a write batch's:
+    APP_BATCH_SECONDS) at once from a larger one, grown back to it at most x GROWTH from a
+    smaller one (critical's), held there (every busy batch once halved: a sweep fell to chunks
+    of 10 ids and outlived its run)."""
+    app_sized = int(state.busy_seconds / cost) if cost else state.batch_size
     size = min(app_sized, int(state.batch_size * GROWTH))
     return max(smallest(state), min(size, state.max_batch))
 
@@ -254,7 +256,10 @@ def decide(
         recent=(*state.recent, signals.probe_seconds)[-SMOOTHED:],
     )
     if zone == CRITICAL:  # held by our locks, a replica behind: the least; overload: the floor
-        floor = min(busy_size(state, cost), state.max_batch if rows else state.batch_size)
+        # the floor is a write batch's busy work whatever the aims' (3 s apart a chunk's core
+        # is a small share; 5 ms chunks would make a saturated sweep about 4x as long)
+        floor_sized = busy_size(replace(state, busy_seconds=APP_BATCH_SECONDS), cost)
+        floor = min(floor_sized, state.max_batch if rows else state.batch_size)
         size, rest = smallest(state) if held(signals) else floor, CRITICAL_REST
     elif zone == BUSY and rows == 0:  # a reading during a rest: no batch to size again
         size, rest = state.batch_size, 0.0

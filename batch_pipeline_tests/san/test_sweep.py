@@ -3,6 +3,7 @@ read once, in id order, in chunks of at most the ceiling (sparse ids included); 
 sweep of a recovery finds exactly what one statement over the whole table finds."""
 
 import math
+from dataclasses import replace
 
 from sqlalchemy import func, select, text, tuple_
 
@@ -12,6 +13,7 @@ from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE, detect_query, detect
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
 from batch_pipeline.san import sweep
 from batch_pipeline.san.tables import CARD_ANALYSIS, PENDING, scraps
+from batch_pipeline.san.throttle import APP_BATCH_SECONDS, BUSY, Signals, decide
 from batch_pipeline_tests import sweeps
 
 CEILING = 7
@@ -44,6 +46,18 @@ def test_every_id_is_read_once_in_order_in_chunks_no_larger_than_the_ceiling(san
     assert [row.id for row in rows] == kept
     assert len(chunks) == math.ceil((ids[-1] - ids[0] + 1) / CEILING) == log.batches
     assert all(len(chunk) <= CEILING for chunk in chunks)
+
+
+def test_while_the_app_works_a_chunk_reads_for_less_time_than_a_write_batch_writes():
+    """A chunk holds a core all along: while the app works it is BUSY_CHUNK_SECONDS of reading,
+    shorter than a write batch's APP_BATCH_SECONDS."""
+    id_cost = 1e-6  # seconds per id read
+    state = replace(sweep.CHUNK_AIMS, baseline=0.001, seconds_per_row=id_cost, batch_size=50_000)
+    app_at_work = Signals(0.001, 0, 0, None, cores=2, app_sessions_at_work=3)
+    step = decide(state, app_at_work, 50_000, 50_000 * id_cost)
+    assert step.state.zone == BUSY
+    assert step.state.batch_size == int(sweep.BUSY_CHUNK_SECONDS / id_cost)
+    assert sweep.BUSY_CHUNK_SECONDS < APP_BATCH_SECONDS
 
 
 def test_an_empty_table_is_no_chunk(san_db):

@@ -5,6 +5,9 @@ when critical, a rest from the batch's own work (never a lock wait), back to ful
 quiet again, no flapping; the runtime's rests react to readings taken during them."""
 
 import threading
+from dataclasses import replace
+
+import pytest
 
 from batch_pipeline.recovery.jobs import RECOVERY_TAGS
 from batch_pipeline.san.throttle import (
@@ -94,6 +97,30 @@ def test_slower_commits_shrink_the_batch_and_rest_longer_the_slower_they_get():
     work = busy[-1].state.batch_size * ROW_COST
     assert work < busy[-1].rest_seconds < MAX_REST_RATIO * work
     assert slower[-1].rest_seconds > busy[-1].rest_seconds
+
+
+def test_a_busy_batch_is_its_aims_busy_work_so_a_detection_s_chunk_can_be_shorter():
+    quiet = ThrottleState(baseline=QUIET_COMMIT, seconds_per_row=ROW_COST, batch_size=2_500)
+    shorter = replace(quiet, busy_seconds=APP_BATCH_SECONDS / 4)
+    writes, reads = run(quiet, [app_slowed(1.0)] * 3), run(shorter, [app_slowed(1.0)] * 3)
+    assert [s.state.batch_size for s in writes] == [APP_SIZED] * 3
+    assert [s.state.batch_size for s in reads] == [APP_SIZED // 4] * 3
+    # the rest follows the work: a quarter of the batch, a quarter of the rest
+    assert reads[-1].rest_seconds == pytest.approx(writes[-1].rest_seconds / 4)
+
+
+def test_under_overload_the_floor_is_a_write_batch_s_work_whatever_the_aims_busy_work():
+    """A floor of 5 ms chunks CRITICAL_REST apart would make a saturated sweep about 4x as
+    long; 3 s apart, a write batch's work holds a core for a small share of the time."""
+    shorter = ThrottleState(
+        baseline=QUIET_COMMIT,
+        seconds_per_row=ROW_COST,
+        batch_size=APP_SIZED // 4,
+        busy_seconds=APP_BATCH_SECONDS / 4,
+    )
+    steps = run(shorter, [app_slowed(5)] * 4)
+    assert all(step.state.zone == CRITICAL for step in steps)
+    assert [step.state.batch_size for step in steps] == [APP_SIZED // 2] + [APP_SIZED] * 3
 
 
 def test_busy_after_critical_grows_back_to_its_size_at_most_doubling():
