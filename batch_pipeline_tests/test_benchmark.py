@@ -223,8 +223,8 @@ def test_the_metrics_scrape_benchmark_times_a_reading_with_and_without_the_index
 
 def test_the_step_benchmark_reads_the_run_s_writes_back_and_times_the_app(capsys):
     """bench/step_load.py at a toy scale: the run's jobs are read back from SAN's rows (not
-    pgbench's), its time at work is sampled, the app's windows hold transactions, the verdict
-    line is printed."""
+    pgbench's), its time at work is sampled, the app's windows hold transactions, where the load's
+    slow transactions fell is printed, the verdict line is printed."""
     prefix = f"bp_step_{uuid.uuid4().hex[:8]}"
     argv = ["--scale", "0.001", "--quiet", "7", "--load-for", "7", "--step-at", "0"]
     assert step_load.main([*argv, "--server-url", pg_admin_url(), "--prefix", prefix]) == 0
@@ -233,6 +233,11 @@ def test_the_step_benchmark_reads_the_run_s_writes_back_and_times_the_app(capsys
     assert created and int(created[1].replace(",", "")) > 0, out
     alone, loaded = re.findall(r"^  app(?: alone|, first 30 s) +(\d+) tx", out, re.M)
     assert int(alone) > 0 and int(loaded) > 0, out
+    # the load's p99 past its warm-up, and where its slow transactions fell
+    assert re.search(r"^  app, 5 s to 30 s +\d+ tx +p99 +\d+\.\d\d ms$", out, re.M), out
+    assert re.search(
+        r"^  over 1.5x the quiet p99, per second of the load: (none|\d+s:\d+)", out, re.M
+    ), out
     sampled = re.search(r"^  run's time at work: (\d+) samples", out, re.M)
     assert sampled and int(sampled[1]) > 0, out
     assert len(re.findall(r"^  run's time at work .* \d\.\d\d share$", out, re.M)) == 4, out

@@ -13,9 +13,11 @@ pgbench made), by the transaction that created them, per BUCKET_S. Prints the ru
 second before the step, in the 2 s after it and from 2 s after it to the end of the load, and
 after the load; how long after the step its write rate first fell below half of what it was,
 and how long after the load ended it first came back to half of it; and the app's p99 over
-the first JUDGED_S of the load against its quiet p99. The same for the run's share of time at
-work (RUN_AT_WORK sampled: its detections' chunks too, which create no job). The last line is
-machine-readable:
+the first JUDGED_S of the load against its quiet p99, also past the load's first WARM_UP_S (the
+quiet p99 leaves the app's first seconds out: a cold start is not the run's doing), and per
+second of the load the transactions over SLOW_OVER times the quiet p99 (where the tail falls).
+The same for the run's share of time at work (RUN_AT_WORK sampled: its detections' chunks too,
+which create no job). The last line is machine-readable:
 
     drop_after_s=D back_after_s=B at_work_drop_after_s=D2 at_work_back_after_s=B2
     quiet_p99_ms=Q load_p99_ms=L ratio=R
@@ -27,6 +29,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -49,6 +52,10 @@ from bench.seed import Scale
 
 BUCKET_S = 0.5
 JUDGED_S = 30.0  # the app's p99 over this much of the load
+# the app alone's first seconds are left out of its p99 (connections, cold pages); the load's
+# p99 is also printed with them left out, which tells a cold start from what the run left
+WARM_UP_S = 5.0
+SLOW_OVER = 1.5  # a transaction this many times the quiet p99 is counted per second of the load
 # the run's jobs: every job created since it started but pgbench's (the refine jobs of scraps
 # pgbench created, past the copy's last scrap)
 RUN_WRITES = """
@@ -104,7 +111,7 @@ def app_alone(args, script: Path, database: str) -> list[float]:
     folder = Path(tempfile.mkdtemp(prefix="step_quiet_"))
     started = time.time()
     pgbench(args, script, folder, database, args.quiet).communicate(timeout=args.quiet + 60)
-    return [ms for ended, ms in latencies(folder) if ended >= started + 5]
+    return [ms for ended, ms in latencies(folder) if ended >= started + WARM_UP_S]
 
 
 def the_step(args, script: Path, database: str, conninfo: dict):
@@ -128,7 +135,9 @@ def the_step(args, script: Path, database: str, conninfo: dict):
     run.join()
     at_work.stop.set()
     at_work.join()
-    load = [ms for ended, ms in latencies(folder) if step <= ended < step + JUDGED_S]
+    load = [
+        (ended - step, ms) for ended, ms in latencies(folder) if step <= ended < step + JUDGED_S
+    ]
     return run_started, step, load_ended, run_ended, load, success, at_work.samples
 
 
@@ -184,9 +193,20 @@ def report(instants, at_work, started, step, load_ended, run_ended, quiet, load)
         "time at work", lambda a, b: at_work_share(at_work, a, b), "share", step, load_ended,
         run_ended, started,
     )  # fmt: skip
-    quiet_p99, load_p99 = percentile(quiet, 0.99), percentile(load, 0.99)
+    quiet_p99 = percentile(quiet, 0.99)
+    load_p99 = percentile([ms for _, ms in load], 0.99)
+    warm = [ms for since, ms in load if since >= WARM_UP_S]
     print(f"  app alone         {len(quiet):6d} tx  p99 {quiet_p99:6.2f} ms")
     print(f"  app, first {JUDGED_S:.0f} s  {len(load):6d} tx  p99 {load_p99:6.2f} ms")
+    print(
+        f"  app, {WARM_UP_S:g} s to {JUDGED_S:.0f} s  {len(warm):6d} tx  "
+        + (f"p99 {percentile(warm, 0.99):6.2f} ms" if warm else "(none)")
+    )
+    slow = Counter(int(since) for since, ms in load if ms > SLOW_OVER * quiet_p99)
+    print(
+        f"  over {SLOW_OVER:g}x the quiet p99, per second of the load: "
+        + (" ".join(f"{second}s:{count}" for second, count in sorted(slow.items())) or "none")
+    )
     return (
         f"drop_after_s={said(drop)} back_after_s={said(back)} "
         f"at_work_drop_after_s={said(at_work_drop)} at_work_back_after_s={said(at_work_back)} "
