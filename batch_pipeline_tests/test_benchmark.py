@@ -5,12 +5,13 @@ import re
 import shutil
 import uuid
 
+import psycopg
 import pytest
 
 from batch_pipeline.recovery.registry import AREAS, RECOVERIES
 from batch_pipeline_tests.conftest import pg_admin_url
 from bench import app_latency, baseline, step_load
-from bench.runner import run_benchmark
+from bench.runner import psycopg_conninfo, run_benchmark
 
 pytestmark = pytest.mark.system  # runs the benchmark scripts end to end
 
@@ -196,6 +197,29 @@ def test_the_app_latency_benchmark_runs_and_counts_every_window(capsys):
         out,
         re.M,
     )
+
+
+def test_a_repeat_whose_run_outlives_the_budget_is_given_up_and_the_next_one_runs(capsys):
+    """`--budget` shorter than any run: each repeat is given up (its run process stopped, its
+    copy dropped), called out and left out of the figures; the bench still ends well."""
+    argv = ["--scale", "0.001", "--rate", "0", "--repeats", "2", "--quiet", "1", "--after", "0"]
+    prefix = f"bp_latency_{uuid.uuid4().hex[:8]}"
+    budget = ["--budget", "0.001"]
+    assert (
+        app_latency.main([*argv, *budget, "--server-url", pg_admin_url(), "--prefix", prefix]) == 0
+    )
+    out = capsys.readouterr().out
+    assert re.findall(r"^repeat (\d): GIVEN UP, the run outlived --budget 0.001 s$", out, re.M) == [
+        "1",
+        "2",
+    ], out
+    assert "# repeats 1, 2: given up (not in the figures)" in out
+    assert re.search(r"^idle: run_seconds=$", out, re.M), out
+    with psycopg.connect(**psycopg_conninfo(pg_admin_url()), autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{prefix}%",)
+        ).fetchall()
+    assert left == []
 
 
 def test_the_app_latency_benchmark_without_an_app_times_the_run_alone(capsys):

@@ -24,6 +24,9 @@ targets healed and the WAL written meanwhile; the last line is machine-readable:
 (pg_stat_activity, every 10 ms; the sampling costs the app a little latency of its own), and
 what the run's sessions were doing while the app's slow transactions (over twice the quiet
 p99) ran, against the share of the run each thing took: where the app's tail comes from.
+The run's progress lines (san/progress.py, every 30 s of a long write or sweep) are printed as
+they come; a repeat whose run outlives `--budget` seconds is given up (left out of the figures,
+its progress lines kept) and the next one starts.
 `--rate 0` plays no app: the run alone on an idle database, the runs' seconds its figures
 (last line `idle: run_seconds=S[,S...]`).
 `--keep-template` keeps the seeded template for the next call with the flag (seeding scale 1
@@ -37,9 +40,12 @@ batch_pipeline heals", holds runs.
 
 import argparse
 import json
+import logging
 import multiprocessing
 import os
+import queue
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -49,6 +55,7 @@ from pathlib import Path
 
 import psycopg
 
+from batch_pipeline.san import progress
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.dialects.postgresql.load import APPLICATION_NAME
 from batch_pipeline.san.schema import create_recommended_indexes
@@ -134,6 +141,10 @@ def one_recovery_run(
         os.nice(19)  # as if on a host of its own: the database's processes come first
     if pgoptions:  # libpq reads it: the run's sessions only, not the app's
         os.environ["PGOPTIONS"] = pgoptions
+    # the run's progress lines (san/progress.py) as they come: a repeat given up keeps them
+    said = logging.StreamHandler(sys.stdout)
+    said.setFormatter(logging.Formatter("  run %(asctime)s %(message)s", "%H:%M:%S"))
+    progress.log.addHandler(said)
     ready.set()
     go.wait()
     started = time.time()
@@ -365,7 +376,9 @@ def pgbench_command(
 
 def one_repeat(
     server: Server, template: str, args, script: Path, folder: Path
-) -> tuple[list, list, list, tuple, dict]:
+) -> tuple[list, list, list, tuple, dict] | None:
+    """The repeat's windows and figures; None when its run outlived `--budget` (given up: the
+    run's progress lines printed meanwhile say where it was)."""
     copy = f"{args.prefix}_run"
     server.create(copy, template=template)
     settle_the_disk()
@@ -401,9 +414,14 @@ def one_repeat(
         wal_before = conn.execute(WAL_POSITION).fetchone()[0]
         host.mark("during")
         go.set()
-        run_started, run_ended, success, elapsed, changed, steps, paced = results.get(
-            timeout=args.budget
-        )
+        try:
+            run_started, run_ended, success, elapsed, changed, steps, paced = results.get(
+                timeout=args.budget
+            )
+        except queue.Empty:
+            given_up(run, pgbench, host, sampler)
+            server.drop(copy)
+            return None
         for area, log in paced.items():  # how the throttle paced each area, and why
             print(
                 f"  throttle {area}: {log.get('batches')} batches, {log.get('rows')} rows, wrote "
@@ -449,6 +467,19 @@ def one_repeat(
         name: [ms for ended, ms in rows if start <= ended <= end] for name, start, end in steps
     }
     return quiet, during, after, (success, elapsed, changed, wal_mb, host), by_step
+
+
+def given_up(run, pgbench, host, sampler) -> None:
+    """A repeat whose run outlived the budget: its process, the app's and the meters stopped."""
+    run.terminate()
+    run.join()
+    if pgbench is not None:
+        pgbench.terminate()
+        pgbench.communicate(timeout=60)
+    host.stop()
+    if sampler:
+        sampler.stop.set()
+        sampler.join()
 
 
 def seed_template(server: Server, template: str, scale: Scale, args) -> None:
@@ -577,11 +608,15 @@ def main(argv=None) -> int:
     script = Path(tempfile.mkdtemp(prefix="app_latency_")) / "san_app.sql"
     script.write_text(APP_SCRIPT.format(scraps=scale.scraps, users=scale.users))
     all_quiet, all_during, all_after, noisy, run_seconds = [], [], [], [], []
+    given_up_repeats: list[int] = []
     try:
         for repeat in range(1, args.repeats + 1):
-            quiet, during, after, (success, elapsed, changed, wal_mb, host), by_step = one_repeat(
-                server, template, args, script, script.parent
-            )
+            figures = one_repeat(server, template, args, script, script.parent)
+            if figures is None:
+                print(f"repeat {repeat}: GIVEN UP, the run outlived --budget {args.budget:g} s")
+                given_up_repeats.append(repeat)
+                continue
+            quiet, during, after, (success, elapsed, changed, wal_mb, host), by_step = figures
             all_quiet += quiet
             all_during += during
             all_after += after
@@ -611,6 +646,8 @@ def main(argv=None) -> int:
             f" by the host in a window, or a synced write over {STALLED_FSYNC_MS:.0f} ms in the"
             " quiet one: those figures measure the host as much as the run"
         )
+    if given_up_repeats:
+        print(f"# repeats {', '.join(map(str, given_up_repeats))}: given up (not in the figures)")
     if not all_quiet:  # `--rate 0`: the runs' seconds are the figures
         print(f"idle: run_seconds={','.join(f'{seconds:.1f}' for seconds in run_seconds)}")
         return 0

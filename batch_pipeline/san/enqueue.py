@@ -31,6 +31,7 @@ from batch_pipeline.san.dispatch import Dispatcher, NewJob
 from batch_pipeline.san.errors import first_line
 from batch_pipeline.san.job_source import Eligibility, EnqueueRequest, JobSource
 from batch_pipeline.san.limits import WriteLimits
+from batch_pipeline.san.progress import Progress
 from batch_pipeline.san.sampler import Sampler
 from batch_pipeline.san.tables import PENDING, holds_its_target, jobs
 from batch_pipeline.san.throttle import (
@@ -262,9 +263,10 @@ def throttle_for(
     batch_size: int | None,
     limits: WriteLimits,
     aims: ThrottleState = WRITE_AIMS,
+    progress: Progress | None = None,
 ) -> Throttle:
     """The run's throttle: readings sampled beside its writes where the database has signals
-    (PostgreSQL), else the batch-time rule (SQLite)."""
+    (PostgreSQL), else the batch-time rule (SQLite); `progress` told after each batch."""
     reading = signals_of(engine)
     has_signals = reading() is not None
     return Throttle(
@@ -273,6 +275,7 @@ def throttle_for(
         sleep=time.sleep,
         sampler=Sampler(reading) if has_signals else None,
         aims=aims,
+        after_batch=progress.after_batch if progress is not None else None,
     )
 
 
@@ -296,7 +299,9 @@ def run_in_batches(
     """
     results: list[R] = []
     report = BatchRunReport()
-    throttle = throttle_for(engine, batch_size, limits)
+    throttle = throttle_for(
+        engine, batch_size, limits, progress=Progress("writes", "rows", len(items))
+    )
     report.throttle = throttle.log
     try:
         while report.rows < len(items):

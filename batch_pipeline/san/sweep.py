@@ -28,6 +28,7 @@ from sqlalchemy.engine import Connection
 
 from batch_pipeline.san.enqueue import throttle_for
 from batch_pipeline.san.limits import WriteLimits
+from batch_pipeline.san.progress import Progress
 from batch_pipeline.san.throttle import ThrottleLog, ThrottleState
 
 CHUNK_SECONDS = 0.1  # well inside the 250 ms a statement of ours may take
@@ -46,6 +47,7 @@ CHUNK_AIMS = ThrottleState(
     busy_seconds=BUSY_CHUNK_SECONDS,
     fallback_rest_ratio=0.0,
 )
+DETECTION = "detection sweep"  # how its progress lines name a sweep (san/progress.py)
 # the frame's attrs key (pandas keeps attrs through pickling: the IO manager's hand-over)
 SWEEP_PACING = "detection_throttle"
 
@@ -70,7 +72,9 @@ def swept(
     """The rows `read_chunk(after, upto)` returns for every chunk of `id_column`'s range (the
     chunk's ids are in (after, upto]), in id order, and how the sweep was paced."""
     lowest, highest = conn.execute(select(func.min(id_column), func.max(id_column))).one()
-    throttle = throttle_for(conn.engine, None, limits, CHUNK_AIMS)
+    span_of_ids = 0 if highest is None else highest - lowest + 1
+    sweeping = Progress(DETECTION, "ids", span_of_ids, verb="read")
+    throttle = throttle_for(conn.engine, None, limits, CHUNK_AIMS, sweeping)
     rows: list = []
     after = (lowest or 0) - 1
     try:
@@ -95,7 +99,9 @@ def swept_among(
     how the sweep was paced."""
     most = min(CHUNK_AIMS.max_batch, MAX_CHUNK_KEYS)
     aims = replace(CHUNK_AIMS, batch_size=min(CHUNK_AIMS.batch_size, most), max_batch=most)
-    throttle = throttle_for(conn.engine, None, limits, aims)
+    throttle = throttle_for(
+        conn.engine, None, limits, aims, Progress(DETECTION, "keys", len(keys), verb="read")
+    )
     rows: list = []
     start = 0
     try:
@@ -120,7 +126,9 @@ def swept_after(
     """The rows `read_chunk(after, limit)` returns, chunk after chunk: at most `limit` rows
     past the key `after`, in key order (`key_of(row)`: a row's key), starting after
     `first_key`; and how the sweep was paced."""
-    throttle = throttle_for(conn.engine, None, limits, CHUNK_AIMS)
+    throttle = throttle_for(
+        conn.engine, None, limits, CHUNK_AIMS, Progress(DETECTION, "rows", None, verb="read")
+    )
     rows: list = []
     after = first_key
     try:

@@ -316,10 +316,13 @@ class Throttle:
         sleep: Callable[[float], None] = time.sleep,
         sampler: Readings | None = None,
         aims: ThrottleState = WRITE_AIMS,
+        after_batch: Callable[[ThrottleLog, ThrottleState], None] | None = None,
     ):
         """`sampler`: readings beside the writes (without one each decision reads once, now: a
-        test's simulated signals). `aims`: a quiet batch's target_seconds and max_batch."""
+        test's simulated signals). `aims`: a quiet batch's target_seconds and max_batch.
+        `after_batch`: told the log and the state after each batch (san/progress.py)."""
         self.read_signals, self.overrides, self.sampler = read_signals, overrides, sampler
+        self.after_batch = after_batch
         self.sleep = sleep
         self.state = replace(aims, batch_size=overrides.batch_size or aims.batch_size)
         self.log = ThrottleLog()
@@ -386,3 +389,5 @@ class Throttle:
         self.log.zones[step.state.zone] = self.log.zones.get(step.state.zone, 0) + 1
         if step.state.zone in (BUSY, CRITICAL):
             self.log.slowest_reason = step.state.reason
+        if self.after_batch is not None:
+            self.after_batch(self.log, self.state)
