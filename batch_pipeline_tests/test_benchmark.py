@@ -257,7 +257,10 @@ def test_the_step_benchmark_reads_the_run_s_writes_back_and_times_the_app(capsys
     assert created and int(created[1].replace(",", "")) > 0, out
     alone, loaded = re.findall(r"^  app(?: alone|, first 30 s) +(\d+) tx", out, re.M)
     assert int(alone) > 0 and int(loaded) > 0, out
-    # the load's p99 past its warm-up, and where its slow transactions fell
+    # the app's own start alone, the load's p99 past its warm-up, and where its slow ones fell
+    assert re.search(
+        r"^  app alone, first 5 s +\d+ tx +p99 +\d+\.\d\d ms  \(left out", out, re.M
+    ), out
     assert re.search(r"^  app, 5 s to 30 s +\d+ tx +p99 +\d+\.\d\d ms$", out, re.M), out
     assert re.search(
         r"^  over 1.5x the quiet p99, per second of the load: (none|\d+s:\d+)", out, re.M

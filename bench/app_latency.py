@@ -505,6 +505,12 @@ def app_parser(prog: str, doc: str, rate: float) -> argparse.ArgumentParser:
         "--rate", type=float, default=rate, help="app transactions per second (0: no app, idle)"
     )
     parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument(
+        "--run-pgoptions",
+        default="",
+        help="server settings for the run's sessions only (libpq's PGOPTIONS), e.g. "
+        "'-c synchronous_commit=off'",
+    )
     return parser
 
 
@@ -565,12 +571,6 @@ def main(argv=None) -> int:
         "--run-config",
         default="{}",
         help="recovery_job run config fields as JSON, e.g. '{\"batch_size\": 1000}'",
-    )
-    parser.add_argument(
-        "--run-pgoptions",
-        default="",
-        help="server settings for the run's sessions only (libpq's PGOPTIONS), e.g. "
-        "'-c synchronous_commit=off'",
     )
     parser.add_argument(
         "--hosts-apart",

@@ -14,7 +14,8 @@ second before the step, in the 2 s after it and from 2 s after it to the end of 
 after the load; how long after the step its write rate first fell below half of what it was,
 and how long after the load ended it first came back to half of it; and the app's p99 over
 the first JUDGED_S of the load against its quiet p99, also past the load's first WARM_UP_S (the
-quiet p99 leaves the app's first seconds out: a cold start is not the run's doing), and per
+quiet p99 leaves the app's first seconds out: a cold start is not the run's doing; their own p99
+is printed beside it), and per
 second of the load the transactions over SLOW_OVER times the quiet p99 (where the tail falls).
 The same for the run's share of time at work (RUN_AT_WORK sampled: its detections' chunks too,
 which create no job). The last line is machine-readable:
@@ -106,18 +107,25 @@ def pgbench(args, script: Path, folder: Path, database: str, seconds: float) -> 
     )
 
 
-def app_alone(args, script: Path, database: str) -> list[float]:
-    """The app's latencies at `--rate` with nothing else running (its first seconds aside)."""
+def app_alone(args, script: Path, database: str) -> tuple[list[float], list[float]]:
+    """The app's latencies at `--rate` with nothing else running: past its first WARM_UP_S
+    (the quiet reference), and in them (its own cold start, shown beside the load's)."""
     folder = Path(tempfile.mkdtemp(prefix="step_quiet_"))
     started = time.time()
     pgbench(args, script, folder, database, args.quiet).communicate(timeout=args.quiet + 60)
-    return [ms for ended, ms in latencies(folder) if ended >= started + WARM_UP_S]
+    rows = latencies(folder)
+    return (
+        [ms for ended, ms in rows if ended >= started + WARM_UP_S],
+        [ms for ended, ms in rows if ended < started + WARM_UP_S],
+    )
 
 
 def the_step(args, script: Path, database: str, conninfo: dict):
     """The run on the idle database, the load stepped up and down during it: (run started,
     step, load ended, run ended, the load's latencies, success)."""
-    run, go, results = recovery_process(db_url(args.server_url, database), None, dict(LIFTED))
+    run, go, results = recovery_process(
+        db_url(args.server_url, database), None, dict(LIFTED), pgoptions=args.run_pgoptions
+    )
     at_work = RunAtWork(conninfo)
     at_work.start()
     # AS_THE_RUN: the throttle must not take this poll for the app at work
@@ -182,7 +190,7 @@ def said(seconds: float | None) -> str:
     return "never" if seconds is None else f"{seconds:.1f}"
 
 
-def report(instants, at_work, started, step, load_ended, run_ended, quiet, load) -> str:
+def report(instants, at_work, started, step, load_ended, run_ended, alone, load) -> str:
     first_write = min(instants, default=step)
     drop, back = paces(
         "writes", lambda a, b: rate(instants, a, b), "rows/s", step, load_ended, run_ended,
@@ -193,10 +201,16 @@ def report(instants, at_work, started, step, load_ended, run_ended, quiet, load)
         "time at work", lambda a, b: at_work_share(at_work, a, b), "share", step, load_ended,
         run_ended, started,
     )  # fmt: skip
+    quiet, cold = alone
     quiet_p99 = percentile(quiet, 0.99)
     load_p99 = percentile([ms for _, ms in load], 0.99)
     warm = [ms for since, ms in load if since >= WARM_UP_S]
     print(f"  app alone         {len(quiet):6d} tx  p99 {quiet_p99:6.2f} ms")
+    print(
+        f"  app alone, first {WARM_UP_S:g} s {len(cold):6d} tx  "
+        + (f"p99 {percentile(cold, 0.99):6.2f} ms" if cold else "(none)")
+        + "  (left out of the line above: the app's own start)"
+    )
     print(f"  app, first {JUDGED_S:.0f} s  {len(load):6d} tx  p99 {load_p99:6.2f} ms")
     print(
         f"  app, {WARM_UP_S:g} s to {JUDGED_S:.0f} s  {len(warm):6d} tx  "
@@ -237,7 +251,7 @@ def main(argv=None) -> int:
             conninfo = psycopg_conninfo(db_url(args.server_url, copy))
             with psycopg.connect(**conninfo, autocommit=True) as conn:
                 last_scrap = conn.execute(LAST_SCRAP).fetchone()[0]
-            quiet = app_alone(args, script, copy)
+            alone = app_alone(args, script, copy)
             started, step, load_ended, ended, load, success, at_work = the_step(
                 args, script, copy, conninfo
             )
@@ -249,7 +263,7 @@ def main(argv=None) -> int:
                 f"{ended - started:.1f} s, {len(instants):,} jobs created; the load from "
                 f"{step - started:.1f} s to {load_ended - started:.1f} s"
             )
-            print(report(instants, at_work, started, step, load_ended, ended, quiet, load))
+            print(report(instants, at_work, started, step, load_ended, ended, alone, load))
     finally:
         server.drop(copy)
         if seeded_here and not args.keep_template:
