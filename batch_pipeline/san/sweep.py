@@ -40,11 +40,16 @@ BUSY_CHUNK_SECONDS = 0.005
 FIRST_CHUNK_IDS = 1_000
 MAX_CHUNK_IDS = 50_000
 MAX_CHUNK_KEYS = 10_000  # keys are bound as parameters: 32,766 at most in SQLite by default
+# While the app works, a chunk never spans fewer than FIRST_CHUNK_IDS ids (about 4 ms of reading
+# at scale 1 when its round trip is not slowed): a round trip slowed by a saturated database
+# made smaller chunks look dearer per id, down to 10 ids (docs/benchmarks.md, "The feedback
+# throttle")
 CHUNK_AIMS = ThrottleState(
     batch_size=FIRST_CHUNK_IDS,
     target_seconds=CHUNK_SECONDS,
     max_batch=MAX_CHUNK_IDS,
     busy_seconds=BUSY_CHUNK_SECONDS,
+    busy_floor=FIRST_CHUNK_IDS,
     fallback_rest_ratio=0.0,
 )
 DETECTION = "detection sweep"  # how its progress lines name a sweep (san/progress.py)

@@ -92,6 +92,10 @@ class ThrottleState:
     target_seconds: float = TARGET_BATCH_SECONDS
     max_batch: int = MAX_BATCH
     busy_seconds: float = APP_BATCH_SECONDS  # ... and its work while the app works
+    # ... and its fewest rows then. A batch's fixed cost (a round trip, waiting for a core) is
+    # in its cost per row, so a smaller batch looks dearer per row and the next is smaller
+    # still: under saturation a sweep's chunks fell to 10 ids and its pace to 1/100th
+    busy_floor: int = MIN_BATCH
     fallback_rest_ratio: float = FALLBACK_REST_RATIO  # the batch-time rule's, without signals
 
 
@@ -214,10 +218,11 @@ def busy_size(state: ThrottleState, cost: float | None) -> int:
     """The next batch while the app works: the aims' busy_seconds of work (a write batch's:
     APP_BATCH_SECONDS) at once from a larger one, grown back to it at most x GROWTH from a
     smaller one (critical's), held there (every busy batch once halved: a sweep fell to chunks
-    of 10 ids and outlived its run)."""
+    of 10 ids and outlived its run), never below the aims' busy_floor."""
     app_sized = int(state.busy_seconds / cost) if cost else state.batch_size
     size = min(app_sized, int(state.batch_size * GROWTH))
-    return max(smallest(state), min(size, state.max_batch))
+    floor = max(smallest(state), min(state.busy_floor, state.max_batch))
+    return max(floor, min(size, state.max_batch))
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE, detect_query, detect
 from batch_pipeline.recovery.unrefined_scraps import UNREFINED_SCRAPS
 from batch_pipeline.san import sweep
 from batch_pipeline.san.tables import CARD_ANALYSIS, PENDING, scraps
-from batch_pipeline.san.throttle import APP_BATCH_SECONDS, BUSY, Signals, decide
+from batch_pipeline.san.throttle import APP_BATCH_SECONDS, BUSY, MIN_BATCH, Signals, decide
 from batch_pipeline_tests import sweeps
 
 CEILING = 7
@@ -58,6 +58,28 @@ def test_while_the_app_works_a_chunk_reads_for_less_time_than_a_write_batch_writ
     assert step.state.zone == BUSY
     assert step.state.batch_size == int(sweep.BUSY_CHUNK_SECONDS / id_cost)
     assert sweep.BUSY_CHUNK_SECONDS < APP_BATCH_SECONDS
+
+
+def chunk_sizes_under_a_slow_round_trip(aims, chunks: int = 200) -> list[int]:
+    """A saturated database's chunks, each a fixed 6 ms (a round trip waiting for a core: more
+    than a busy chunk's aim) plus 1 us per id, the app at work: the size of each next chunk."""
+    state = replace(aims, baseline=0.001, seconds_per_row=1e-6, batch_size=5_000)
+    app_at_work = Signals(0.0015, 0, 0, None, cores=2, app_sessions_at_work=4)
+    sizes = []
+    for _ in range(chunks):
+        ids = state.batch_size
+        state = decide(state, app_at_work, ids, 0.006 + ids * 1e-6).state
+        sizes.append(state.batch_size)
+    return sizes
+
+
+def test_a_slow_round_trip_never_shrinks_a_busy_chunk_below_its_floor():
+    """The chunk's fixed cost is in its cost per id, so a smaller chunk looks dearer and the next
+    is smaller still; without the floor the sweep falls to MIN_BATCH ids a chunk."""
+    sizes = chunk_sizes_under_a_slow_round_trip(sweep.CHUNK_AIMS)
+    assert min(sizes) == sweep.FIRST_CHUNK_IDS == sizes[-1]
+    without = chunk_sizes_under_a_slow_round_trip(replace(sweep.CHUNK_AIMS, busy_floor=MIN_BATCH))
+    assert without[-1] == MIN_BATCH
 
 
 def test_an_empty_table_is_no_chunk(san_db):
