@@ -648,8 +648,9 @@ def main(argv=None) -> int:
         )
     if given_up_repeats:
         print(f"# repeats {', '.join(map(str, given_up_repeats))}: given up (not in the figures)")
-    if not all_quiet:  # `--rate 0`: the runs' seconds are the figures
-        print(f"idle: run_seconds={','.join(f'{seconds:.1f}' for seconds in run_seconds)}")
+    if not all_quiet:  # `--rate 0`: the runs' seconds are the figures (or every repeat given up)
+        if args.rate == 0:
+            print(f"idle: run_seconds={','.join(f'{seconds:.1f}' for seconds in run_seconds)}")
         return 0
     print(f"all repeats: quiet      {summary(all_quiet)}")
     print(f"all repeats: during run {summary(all_during)}")
