@@ -43,7 +43,7 @@ class Progress:
     clock: Callable[[], float] = time.monotonic
     started: float = field(init=False)
     said_at: float = field(init=False)
-    done_when_said: int = 0
+    done_when_said: int = field(init=False, default=0)
 
     def __post_init__(self):
         self.started = self.said_at = self.clock()
