@@ -177,6 +177,11 @@ def test_the_app_latency_benchmark_runs_and_counts_every_window(capsys):
     )
     out = capsys.readouterr().out
     assert re.search(r"recovery_job success in .* targets healed \(enqueued\), \d+ MB of WAL", out)
+    with psycopg.connect(**psycopg_conninfo(pg_admin_url()), autocommit=True) as conn:
+        autovacuum = conn.execute("SHOW autovacuum").fetchone()[0]
+    settings = re.search(r"^# server: autovacuum (\w+), shared_buffers \w+, .*$", out, re.M)
+    assert settings and settings[1] == autovacuum, out
+    assert ("never vacuumed" in settings[0]) == (autovacuum == "off"), settings[0]
     quiet, during, after = re.findall(r"^  (?:quiet|during run|3 s after) +(\d+) tx", out, re.M)
     assert int(quiet) > 0 and int(during) > 0 and int(after) > 0, out
     assert re.search(r"^  app waits, quiet: .*samples", out, re.M), out

@@ -27,6 +27,9 @@ p99) ran, against the share of the run each thing took: where the app's tail com
 The run's progress lines (san/progress.py, every 30 s of a long write or sweep) are printed as
 they come; a repeat whose run outlives `--budget` seconds is given up (left out of the figures,
 its progress lines kept) and the next one starts.
+The header names the server settings a latency figure depends on (autovacuum, shared_buffers,
+max_wal_size, checkpoint_timeout); autovacuum off, as on a test server, is called out: over a
+long run the app's dead rows then pile up in its tables and indexes, which production clears.
 `--rate 0` plays no app: the run alone on an idle database, the runs' seconds its figures
 (last line `idle: run_seconds=S[,S...]`).
 `--keep-template` keeps the seeded template for the next call with the flag (seeding scale 1
@@ -113,8 +116,10 @@ NOISY_STEAL = 0.05
 # a quiet window in which a 4 kB synced write took longer saw the host's disk stall (this
 # machine's take about 0.1 ms)
 STALLED_FSYNC_MS = 50.0
-# pgbench's duration is fixed up front: the quiet window plus what a run may take at most
-RUN_BUDGET_S = 600
+# pgbench's duration is fixed up front: the quiet window plus what a run may take at most (a
+# busy run rests about 30 times its work: a default-cap run at 150 tx/s took 7-11 minutes on a
+# slower machine, and 600 s gave up runs that were a minute from their end)
+RUN_BUDGET_S = 1800
 
 
 def replay_parallel_workers(workers: int) -> None:
@@ -434,14 +439,8 @@ def one_repeat(
     run.join()
     time.sleep(args.after)
     host.mark("end")
-    host.stop()
-    errors = ""
-    if pgbench is not None:
-        pgbench.terminate()  # its logs end with the line it was writing: latencies() drops it
-        _, errors = pgbench.communicate(timeout=60)
+    errors = stopped(pgbench, host, sampler)
     if sampler:
-        sampler.stop.set()
-        sampler.join()
         print(
             f"  app waits, quiet:      {sampler.shares(pgbench_started + WARM_UP_S, run_started)}"
         )
@@ -469,17 +468,24 @@ def one_repeat(
     return quiet, during, after, (success, elapsed, changed, wal_mb, host), by_step
 
 
-def given_up(run, pgbench, host, sampler) -> None:
-    """A repeat whose run outlived the budget: its process, the app's and the meters stopped."""
-    run.terminate()
-    run.join()
-    if pgbench is not None:
-        pgbench.terminate()
-        pgbench.communicate(timeout=60)
+def stopped(pgbench, host, sampler) -> str:
+    """The app's pgbench and the meters stopped at a repeat's end; pgbench's errors, if any."""
     host.stop()
+    errors = ""
+    if pgbench is not None:
+        pgbench.terminate()  # its logs end with the line it was writing: latencies() drops it
+        _, errors = pgbench.communicate(timeout=60)
     if sampler:
         sampler.stop.set()
         sampler.join()
+    return errors
+
+
+def given_up(run, pgbench, host, sampler) -> None:
+    """A repeat whose run outlived the budget: its process stopped, then the app and the meters."""
+    run.terminate()
+    run.join()
+    stopped(pgbench, host, sampler)
 
 
 def seed_template(server: Server, template: str, scale: Scale, args) -> None:
@@ -605,6 +611,7 @@ def main(argv=None) -> int:
         + (", pgbench and the run as if on hosts of their own" if args.hosts_apart else "")
         + f"; seeded in {time.perf_counter() - started:.0f} s"
     )
+    print(server.settings_line())
     script = Path(tempfile.mkdtemp(prefix="app_latency_")) / "san_app.sql"
     script.write_text(APP_SCRIPT.format(scraps=scale.scraps, users=scale.users))
     all_quiet, all_during, all_after, noisy, run_seconds = [], [], [], [], []

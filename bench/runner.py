@@ -80,6 +80,10 @@ def psycopg_conninfo(url: str) -> dict:
     }
 
 
+# what a latency figure depends on beside the run (Server.settings_line)
+LATENCY_SETTINGS = ("autovacuum", "shared_buffers", "max_wal_size", "checkpoint_timeout")
+
+
 class Server:
     """Admin connection to the PostgreSQL server: create, copy and drop the bench databases."""
 
@@ -128,6 +132,16 @@ class Server:
 
     def connect(self, name: str) -> psycopg.Connection:
         return psycopg.connect(**{**psycopg_conninfo(self.url), "dbname": name}, autocommit=True)
+
+    def settings_line(self) -> str:
+        """The server settings a latency figure depends on, as one line; autovacuum off (a test
+        server's) is called out: the app's dead rows then pile up in its indexes for the whole
+        bench, which no production database lets happen."""
+        shown = {name: self.conn.execute(f"SHOW {name}").fetchone()[0] for name in LATENCY_SETTINGS}
+        line = "# server: " + ", ".join(f"{name} {value}" for name, value in shown.items())
+        if shown["autovacuum"] != "on":
+            line += " (the app's dead rows are never vacuumed here, unlike in production)"
+        return line
 
 
 @dataclass

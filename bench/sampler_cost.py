@@ -80,6 +80,7 @@ def main(argv=None) -> int:
         f"{args.scale}, pgbench {args.clients} clients at {args.rate:g} tx/s, {args.rounds} rounds "
         f"of {args.window:g} s windows; {datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
     )
+    print(server.settings_line())
     engine = None
     try:
         server.create(copy, template=template)

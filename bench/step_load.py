@@ -244,6 +244,7 @@ def main(argv=None) -> int:
         f"{args.scale}, caps lifted, load {args.load_for:g} s from {args.step_at:g} s after the "
         f"run's first write; {datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
     )
+    print(server.settings_line())
     try:
         for repeat in range(1, args.repeats + 1):
             server.create(copy, template=template)
