@@ -8,6 +8,7 @@ embedding is NULL does not occur in the current pipeline and is not handled.
 from sqlalchemy import ColumnElement, exists, literal, select
 
 from batch_pipeline.recovery.targets import TargetRecovery
+from batch_pipeline.san.sweep import Bound
 from batch_pipeline.san.tables import CARD_ANALYSIS, knowledge_cards, scraps
 
 has_no_card = ~exists().where(knowledge_cards.c.scrap_id == scraps.c.id)
@@ -21,7 +22,7 @@ has_no_card_probe = (
 )
 
 
-def has_no_card_between(after: int, upto: int) -> ColumnElement:
+def has_no_card_between(after: Bound, upto: Bound) -> ColumnElement:
     """has_no_card for scraps with ids in (after, upto]: the cards of that range only."""
     return ~exists().where(
         knowledge_cards.c.scrap_id == scraps.c.id,

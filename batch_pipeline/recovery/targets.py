@@ -29,7 +29,14 @@ from batch_pipeline.san.dispatch import Dispatcher
 from batch_pipeline.san.frames import INT, UTC_DATETIME, FrameSchema, frame_instant
 from batch_pipeline.san.job_source import Eligibility, EnqueueRequest, JobSource
 from batch_pipeline.san.limits import WriteLimits
-from batch_pipeline.san.sweep import swept, with_sweep_pacing
+from batch_pipeline.san.sweep import (
+    CHUNK_AFTER,
+    CHUNK_UPTO,
+    Bound,
+    chunk_range,
+    swept,
+    with_sweep_pacing,
+)
 from batch_pipeline.san.tables import holds_its_target, jobs
 
 LOG = logging.getLogger(__name__)
@@ -63,7 +70,7 @@ class TargetRecovery:
     # The same condition for the targets with ids in (after, upto], when needs_work is the
     # absence of a row elsewhere: bounded on that row's key too, so that a sweep's chunk reads
     # that range of both tables (PostgreSQL does not carry a range across a join).
-    needs_work_between: Callable[[int, int], ColumnElement] | None = None
+    needs_work_between: Callable[[Bound, Bound], ColumnElement] | None = None
     # Indexes whose presence makes the full sweep's index plan the better one, although the
     # planner prices it about even with sequential scans (see
     # dialects.postgresql.catalog.avoid_full_scans).
@@ -169,7 +176,7 @@ class TargetRecovery:
 
 
 def has_active_job(
-    job_type: str, table: Table, between: tuple[int, int] | None = None
+    job_type: str, table: Table, between: tuple[Bound, Bound] | None = None
 ) -> ColumnElement:
     """A job of `job_type` for the current row of `table` still holds it (any status but
     COMPLETED and FAILED: see schema.holds_its_target); `between`: the rows' ids are in that
@@ -182,13 +189,13 @@ def has_active_job(
     )
 
 
-def in_range(column: ColumnElement, between: tuple[int, int] | None) -> list[ColumnElement]:
+def in_range(column: ColumnElement, between: tuple[Bound, Bound] | None) -> list[ColumnElement]:
     """`column` in (after, upto], or no condition."""
     return [] if between is None else [column > between[0], column <= between[1]]
 
 
 def needs_work_in(
-    recovery: TargetRecovery, narrowed: bool, ids_between: tuple[int, int] | None
+    recovery: TargetRecovery, narrowed: bool, ids_between: tuple[Bound, Bound] | None
 ) -> ColumnElement:
     """The recovery's condition for a narrowed set of targets (a probe per row) or a sweep's
     chunk (bounded on the other table's key too), else its set-based one."""
@@ -205,7 +212,7 @@ def detect_query(
     created_since: datetime | None = None,
     among: ColumnElement | None = None,
     latest_attempt: bool = False,
-    ids_between: tuple[int, int] | None = None,
+    ids_between: tuple[Bound, Bound] | None = None,
 ):
     """The targets that need the work and have no active job, with their attempts so far and
     `waiting_since`: the target's grace column (saved at), or with `latest_attempt` when its
@@ -279,12 +286,13 @@ def detect_targets(
         query = detect_query(recovery, created_before=created_before, created_since=now - lookback)
         return recovery.frame.from_rows(conn.execute(query))
     dialect(conn).avoid_full_scans(conn, recovery.full_sweep_prefers)  # transaction-local
+    chunk = detect_query(
+        recovery, created_before=created_before, ids_between=(CHUNK_AFTER, CHUNK_UPTO)
+    )
     rows, pacing = swept(
         conn,
         recovery.table.c.id,
-        lambda after, upto: conn.execute(
-            detect_query(recovery, created_before=created_before, ids_between=(after, upto))
-        ).all(),
+        lambda after, upto: conn.execute(chunk, chunk_range(after, upto)).all(),
         limits,
     )
     frame = recovery.frame.from_rows(rows)

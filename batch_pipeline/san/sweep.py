@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 import pandas as pd
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, Integer, bindparam, func, select
 from sqlalchemy.engine import Connection
 
 from batch_pipeline.san.enqueue import throttle_for
@@ -52,6 +52,12 @@ CHUNK_AIMS = ThrottleState(
     busy_floor=FIRST_CHUNK_IDS,
     fallback_rest_ratio=0.0,
 )
+# A chunk's range (after, upto] as bind parameters: a sweep builds its statement once and binds
+# each chunk's range (building and keying a detection's statement anew took about 1 ms of Python
+# a chunk, a sixth of a busy chunk's time; docs/benchmarks.md, "The feedback throttle")
+CHUNK_AFTER = bindparam("chunk_after", type_=Integer)
+CHUNK_UPTO = bindparam("chunk_upto", type_=Integer)
+Bound = int | ColumnElement  # a range's end: a value, or CHUNK_AFTER / CHUNK_UPTO
 DETECTION = "detection sweep"  # how its progress lines name a sweep (san/progress.py)
 # the frame's attrs key (pandas keeps attrs through pickling: the IO manager's hand-over)
 SWEEP_PACING = "detection_throttle"
@@ -68,6 +74,11 @@ def sweep_pacing(frame: pd.DataFrame) -> dict:
     return dict(frame.attrs.get(SWEEP_PACING, {}))
 
 
+def chunk_range(after: int, upto: int) -> dict[str, int]:
+    """The parameters binding CHUNK_AFTER and CHUNK_UPTO to a chunk's range (after, upto]."""
+    return {CHUNK_AFTER.key: after, CHUNK_UPTO.key: upto}
+
+
 def swept(
     conn: Connection,
     id_column: ColumnElement,
@@ -75,7 +86,8 @@ def swept(
     limits: WriteLimits = WriteLimits(),
 ) -> tuple[list, ThrottleLog]:
     """The rows `read_chunk(after, upto)` returns for every chunk of `id_column`'s range (the
-    chunk's ids are in (after, upto]), in id order, and how the sweep was paced."""
+    chunk's ids are in (after, upto]: a statement over CHUNK_AFTER and CHUNK_UPTO, executed
+    with `chunk_range(after, upto)`), in id order, and how the sweep was paced."""
     lowest, highest = conn.execute(select(func.min(id_column), func.max(id_column))).one()
     span_of_ids = 0 if highest is None else highest - lowest + 1
     sweeping = Progress(DETECTION, "ids", span_of_ids, verb="read")
