@@ -9,9 +9,10 @@ import psycopg
 import pytest
 
 from batch_pipeline.recovery.registry import AREAS, RECOVERIES
+from batch_pipeline.recovery.targets import TargetRecovery
 from batch_pipeline_tests.conftest import pg_admin_url
-from bench import app_latency, baseline, step_load
-from bench.runner import psycopg_conninfo, run_benchmark
+from bench import app_latency, baseline, chunk_cost, step_load
+from bench.runner import SET_BY_ALTER_SYSTEM, Server, psycopg_conninfo, run_benchmark
 
 pytestmark = pytest.mark.system  # runs the benchmark scripts end to end
 
@@ -228,13 +229,41 @@ def test_a_repeat_whose_run_outlives_the_budget_is_given_up_and_the_next_one_run
 
 
 def test_the_app_latency_benchmark_without_an_app_times_the_run_alone(capsys):
-    """`--rate 0`: no pgbench, the run on an idle database; its seconds are the figure."""
+    """`--rate 0`: no pgbench, the run on an idle database; its seconds are the figure.
+    `--autovacuum on`: the bench runs with it on and leaves the server's own setting after."""
+    server = Server(pg_admin_url())
+    before = (server.shown("autovacuum"), alter_system_autovacuum(server))
     argv = ["--scale", "0.001", "--rate", "0", "--repeats", "1", "--quiet", "1", "--after", "0"]
     prefix = f"bp_latency_{uuid.uuid4().hex[:8]}"
-    assert app_latency.main([*argv, "--server-url", pg_admin_url(), "--prefix", prefix]) == 0
+    argv += ["--autovacuum", "on", "--server-url", pg_admin_url(), "--prefix", prefix]
+    assert app_latency.main(argv) == 0
     out = capsys.readouterr().out
+    assert re.search(r"^# server: autovacuum on, ", out, re.M), out
     assert re.search(r"recovery_job success in .* [1-9][\d,]* targets healed", out), out
     assert re.search(r"^idle: run_seconds=\d+\.\d$", out, re.M), out
+    assert (server.shown("autovacuum"), alter_system_autovacuum(server)) == before
+
+
+def alter_system_autovacuum(server: Server) -> tuple | None:
+    """What postgresql.auto.conf (ALTER SYSTEM's file) holds for autovacuum."""
+    return server.conn.execute(SET_BY_ALTER_SYSTEM, ("autovacuum",)).fetchone()
+
+
+def test_a_bench_s_autovacuum_puts_back_what_alter_system_held_even_when_it_fails():
+    """A server whose autovacuum is off by ALTER SYSTEM: on inside the block, and that setting
+    back after it, though the block raised."""
+    server = Server(pg_admin_url())
+    held = alter_system_autovacuum(server)
+    try:
+        server._alter_system("autovacuum", "off")
+        with pytest.raises(RuntimeError, match="the bench failed"):
+            with server.autovacuum("on"):
+                assert server.shown("autovacuum") == "on"
+                raise RuntimeError("the bench failed")
+        assert server.shown("autovacuum") == "off"
+        assert alter_system_autovacuum(server) == ("off",)
+    finally:
+        server._alter_system("autovacuum", held[0] if held else None)
 
 
 def test_the_metrics_scrape_benchmark_times_a_reading_with_and_without_the_indexes():
@@ -299,3 +328,31 @@ def test_the_sampler_cost_benchmark_compares_the_app_alone_and_sampled(capsys):
         out,
         re.M,
     ), out
+
+
+def test_the_chunk_cost_benchmark_times_each_sweep_s_chunk_and_its_share_on_the_server(capsys):
+    """bench/chunk_cost.py at a toy scale: a line per target recovery's sweep, and the
+    machine-readable figures, each a time measured (no speed is asserted)."""
+    prefix = f"bp_chunks_{uuid.uuid4().hex[:8]}"
+    argv = ["--scale", "0.001", "--chunks", "3", "--ids", "100"]
+    assert chunk_cost.main([*argv, "--server-url", pg_admin_url(), "--prefix", prefix]) == 0
+    out = capsys.readouterr().out
+    names = [r.name for r in RECOVERIES if isinstance(r, TargetRecovery)]
+    kinds = ("chunk_ms", "sampled_chunk_ms", "plan_ms", "execute_ms")
+    for name in names:
+        assert re.search(
+            rf"^  {name} +chunk +\d+\.\d\d ms from the code, +\d+\.\d\d ms beside the readings; "
+            r"server: planning +\d+\.\d\d ms, execution +\d+\.\d\d ms$",
+            out,
+            re.M,
+        ), out
+    figures = dict(pair.split("=") for pair in out.strip().splitlines()[-1].split())
+    wanted = {f"{name}_{kind}" for name in names for kind in kinds}
+    assert set(figures) == wanted | {"build_ms"}, figures
+    timed_here = [v for name, v in figures.items() if name.endswith(("chunk_ms", "build_ms"))]
+    assert all(float(value) > 0 for value in timed_here), figures  # the server's may round to 0
+    with psycopg.connect(**psycopg_conninfo(pg_admin_url()), autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{prefix}%",)
+        ).fetchall()
+    assert left == []

@@ -63,6 +63,7 @@ from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.dialects.postgresql.load import APPLICATION_NAME
 from batch_pipeline.san.schema import create_recommended_indexes
 from bench.runner import (
+    AS_SET,
     DEFAULT_SERVER_URL,
     LIFTED,
     Server,
@@ -517,6 +518,13 @@ def app_parser(prog: str, doc: str, rate: float) -> argparse.ArgumentParser:
         help="server settings for the run's sessions only (libpq's PGOPTIONS), e.g. "
         "'-c synchronous_commit=off'",
     )
+    parser.add_argument(
+        "--autovacuum",
+        choices=(AS_SET, "on"),
+        default=AS_SET,
+        help="'on' switches a server's autovacuum on for the bench (ALTER SYSTEM, put back after;"
+        " superuser): a test server may keep it off, which no production database does",
+    )
     return parser
 
 
@@ -597,6 +605,12 @@ def main(argv=None) -> int:
     )
     args = parser.parse_args(argv)
     server = Server(args.server_url, args.prefix)
+    with server.autovacuum(args.autovacuum):
+        return measured(args, server)
+
+
+def measured(args, server: Server) -> int:
+    """Every repeat on a fresh copy of the template, and the figures of them all."""
     template = f"{args.prefix}_template"
     scale = Scale(args.scale)
     started = time.perf_counter()

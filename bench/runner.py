@@ -4,13 +4,15 @@ import resource
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import psycopg
 from dagster import AssetKey, DagsterInstance
+from psycopg.sql import SQL, Identifier, Literal
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
@@ -82,6 +84,13 @@ def psycopg_conninfo(url: str) -> dict:
 
 # what a latency figure depends on beside the run (Server.settings_line)
 LATENCY_SETTINGS = ("autovacuum", "shared_buffers", "max_wal_size", "checkpoint_timeout")
+AS_SET = "as-set"  # --autovacuum: the server's own setting
+# a setting's value in postgresql.auto.conf (ALTER SYSTEM's file), to put back after the bench
+SET_BY_ALTER_SYSTEM = (
+    "SELECT setting FROM pg_file_settings WHERE name = %s "
+    "AND sourcefile LIKE '%%postgresql.auto.conf' ORDER BY seqno DESC LIMIT 1"
+)
+RELOADED_WITHIN_S = 10.0
 
 
 class Server:
@@ -133,11 +142,45 @@ class Server:
     def connect(self, name: str) -> psycopg.Connection:
         return psycopg.connect(**{**psycopg_conninfo(self.url), "dbname": name}, autocommit=True)
 
+    def shown(self, name: str) -> str:
+        """A server setting as a new session sees it (a reload reaches this one only later)."""
+        with psycopg.connect(**psycopg_conninfo(self.url), autocommit=True) as conn:
+            return conn.execute(SQL("SHOW {}").format(Identifier(name))).fetchone()[0]
+
+    @contextmanager
+    def autovacuum(self, wanted: str = AS_SET) -> Iterator[None]:
+        """The block with autovacuum as `wanted`: AS_SET leaves the server's; "on" switches off
+        one on (ALTER SYSTEM and a reload: superuser), and afterwards puts back what
+        postgresql.auto.conf held, whatever happened meanwhile. A test server's off would let the
+        app's dead rows pile up in its tables and indexes for the whole bench."""
+        if wanted == AS_SET or self.shown("autovacuum") == wanted:
+            yield
+            return
+        held = self.conn.execute(SET_BY_ALTER_SYSTEM, ("autovacuum",)).fetchone()
+        self._alter_system("autovacuum", wanted)
+        try:
+            yield
+        finally:
+            self._alter_system("autovacuum", held[0] if held else None)
+
+    def _alter_system(self, name: str, value: str | None) -> None:
+        """ALTER SYSTEM SET `name` to `value` (None: RESET), reloaded, and seen by new sessions."""
+        if value is None:
+            self.conn.execute(SQL("ALTER SYSTEM RESET {}").format(Identifier(name)))
+        else:
+            self.conn.execute(
+                SQL("ALTER SYSTEM SET {} = {}").format(Identifier(name), Literal(value))
+            )
+        self.conn.execute("SELECT pg_reload_conf()")
+        deadline = time.monotonic() + RELOADED_WITHIN_S
+        while value is not None and self.shown(name) != value and time.monotonic() < deadline:
+            time.sleep(0.1)
+
     def settings_line(self) -> str:
         """The server settings a latency figure depends on, as one line; autovacuum off (a test
         server's) is called out: the app's dead rows then pile up in its indexes for the whole
         bench, which no production database lets happen."""
-        shown = {name: self.conn.execute(f"SHOW {name}").fetchone()[0] for name in LATENCY_SETTINGS}
+        shown = {name: self.shown(name) for name in LATENCY_SETTINGS}
         line = "# server: " + ", ".join(f"{name} {value}" for name, value in shown.items())
         if shown["autovacuum"] != "on":
             line += " (the app's dead rows are never vacuumed here, unlike in production)"

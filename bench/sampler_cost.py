@@ -14,6 +14,7 @@ the server's share of it is at most that). The last line is machine-readable:
 
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.enqueue import signals_of
@@ -74,6 +75,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     scale = Scale(args.scale)
     server, template, seeded_here, script = borrowed_template(args, scale, "sampler_cost_")
+    with server.autovacuum(args.autovacuum):
+        return compared(args, server, template, seeded_here, script)
+
+
+def compared(args, server, template: str, seeded_here: bool, script: Path) -> int:
+    """The app alone and sampled, in windows taking turns, on a fresh copy of the template."""
     folder, copy = script.parent, f"{args.prefix}_sampler"
     print(
         f"# the throttle's readings (every {args.every:g} s) against the app alone: scale "

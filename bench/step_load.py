@@ -238,6 +238,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     scale = Scale(args.scale)
     server, template, seeded_here, script = borrowed_template(args, scale, "step_")
+    with server.autovacuum(args.autovacuum):
+        return stepped(args, server, template, seeded_here, script)
+
+
+def stepped(args, server, template: str, seeded_here: bool, script: Path) -> int:
+    """Every repeat's step on a fresh copy of the template."""
     copy = f"{args.prefix}_step"
     print(
         f"# the app stepping 0 -> {args.rate:g} tx/s -> 0 during a recovery_job: scale "
