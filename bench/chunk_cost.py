@@ -25,12 +25,17 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects import postgresql
 
 from batch_pipeline.recovery.registry import RECOVERIES
-from batch_pipeline.recovery.targets import ORPHAN_MIN_AGE, TargetRecovery, detect_query
+from batch_pipeline.recovery.targets import (
+    ORPHAN_MIN_AGE,
+    TargetRecovery,
+    chunk_query,
+    detect_query,
+)
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.dialects import dialect
 from batch_pipeline.san.enqueue import signals_of
 from batch_pipeline.san.sampler import Sampler
-from batch_pipeline.san.sweep import CHUNK_AFTER, CHUNK_UPTO, FIRST_CHUNK_IDS, chunk_range
+from batch_pipeline.san.sweep import FIRST_CHUNK_IDS, chunk_range
 from bench.app_latency import borrowed_template, settle_the_disk, template_options
 from bench.runner import DEFAULT_SERVER_URL, db_url
 from bench.seed import Scale
@@ -59,9 +64,7 @@ def chunk_costs(
     """The median chunk's time from the code, alone and beside the throttle's readings (a
     Sampler's thread, as during a run), and its planning and execution on the server (ms)."""
     created_before = datetime.now(UTC) - ORPHAN_MIN_AGE
-    chunk = detect_query(
-        recovery, created_before=created_before, ids_between=(CHUNK_AFTER, CHUNK_UPTO)
-    )
+    chunk = chunk_query(recovery, created_before)
     table = recovery.table
     with engine.begin() as conn:
         lowest, highest = conn.execute(select(func.min(table.c.id), func.max(table.c.id))).one()

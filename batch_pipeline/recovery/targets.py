@@ -268,6 +268,14 @@ def detect_query(
     )
 
 
+def chunk_query(recovery: TargetRecovery, created_before: datetime):
+    """A full sweep's chunk statement, built once per sweep: each chunk binds its id range
+    (`chunk_range` in san/sweep.py) instead of building and keying the statement anew."""
+    return detect_query(
+        recovery, created_before=created_before, ids_between=(CHUNK_AFTER, CHUNK_UPTO)
+    )
+
+
 def detect_targets(
     conn: Connection,
     recovery: TargetRecovery,
@@ -286,9 +294,7 @@ def detect_targets(
         query = detect_query(recovery, created_before=created_before, created_since=now - lookback)
         return recovery.frame.from_rows(conn.execute(query))
     dialect(conn).avoid_full_scans(conn, recovery.full_sweep_prefers)  # transaction-local
-    chunk = detect_query(
-        recovery, created_before=created_before, ids_between=(CHUNK_AFTER, CHUNK_UPTO)
-    )
+    chunk = chunk_query(recovery, created_before)
     rows, pacing = swept(
         conn,
         recovery.table.c.id,
