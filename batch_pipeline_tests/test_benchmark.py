@@ -3,6 +3,8 @@ the pipeline changes exactly the rows the raw-SQL baseline changes. No timing is
 
 import re
 import shutil
+import subprocess
+import sys
 import uuid
 
 import psycopg
@@ -11,6 +13,7 @@ import pytest
 from batch_pipeline.recovery.registry import AREAS, RECOVERIES
 from batch_pipeline.recovery.targets import TargetRecovery
 from batch_pipeline_tests.conftest import pg_admin_url
+from batch_pipeline_tests.processes import ROOT
 from bench import app_latency, baseline, chunk_cost, step_load
 from bench.runner import SET_BY_ALTER_SYSTEM, Server, psycopg_conninfo, run_benchmark
 
@@ -260,6 +263,41 @@ def test_a_bench_s_autovacuum_puts_back_what_alter_system_held_even_when_it_fail
             with server.autovacuum("on"):
                 assert server.shown("autovacuum") == "on"
                 raise RuntimeError("the bench failed")
+        assert server.shown("autovacuum") == "off"
+        assert alter_system_autovacuum(server) == ("off",)
+    finally:
+        server._alter_system("autovacuum", held[0] if held else None)
+
+
+TERMINATED_INSIDE = """
+import sys, time
+from bench.runner import Server
+with Server(sys.argv[1]).autovacuum("on"):
+    print("inside", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_bench_s_autovacuum_puts_back_what_alter_system_held_when_it_is_killed():
+    """`kill` (SIGTERM) of a bench inside the block: the process exits 143 and the server's
+    autovacuum is off again, as ALTER SYSTEM held it; Python's default would leave it on."""
+    server = Server(pg_admin_url())
+    held = alter_system_autovacuum(server)
+    try:
+        server._alter_system("autovacuum", "off")
+        bench = subprocess.Popen(
+            [sys.executable, "-c", TERMINATED_INSIDE, pg_admin_url()],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        try:
+            assert bench.stdout.readline() == "inside\n"
+            assert server.shown("autovacuum") == "on"
+            bench.terminate()
+            assert bench.wait(timeout=60) == 143
+        finally:
+            bench.kill()
         assert server.shown("autovacuum") == "off"
         assert alter_system_autovacuum(server) == ("off",)
     finally:

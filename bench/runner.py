@@ -1,7 +1,9 @@
 """The benchmark's orchestration: templates, restores, timed runs, plans, figures."""
 
 import resource
+import signal
 import statistics
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -159,7 +161,8 @@ class Server:
         held = self.conn.execute(SET_BY_ALTER_SYSTEM, ("autovacuum",)).fetchone()
         self._alter_system("autovacuum", wanted)
         try:
-            yield
+            with terminated_as_exit():
+                yield
         finally:
             self._alter_system("autovacuum", held[0] if held else None)
 
@@ -185,6 +188,25 @@ class Server:
         if shown["autovacuum"] != "on":
             line += " (the app's dead rows are never vacuumed here, unlike in production)"
         return line
+
+
+@contextmanager
+def terminated_as_exit() -> Iterator[None]:
+    """SIGTERM (`kill`, the usual way to stop a bench that has gone on too long) raises
+    SystemExit inside the block, so the `finally` blocks that put the server back run; Python's
+    default would end the process without them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def exit_on_term(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, exit_on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @dataclass
