@@ -44,6 +44,17 @@ def docker(*args, check=True, timeout=600, input_text=None):
     )
 
 
+def remove_run_containers(instance) -> None:
+    """Remove the containers of the runs in this Dagster instance (the Docker run launcher labels
+    each with its run id), and no one else's: the deploy test modules run side by side, each
+    with runs of the same image."""
+    for run in instance.get_runs():
+        for container in docker(
+            "ps", "-aq", "--filter", f"label=dagster/run_id={run.run_id}", check=False
+        ).stdout.split():
+            docker("rm", "-f", container, check=False)
+
+
 def docker_engine() -> str | None:
     """Why Docker is unusable here, or None."""
     if shutil.which("docker") is None:

@@ -19,6 +19,7 @@ from batch_pipeline_tests.deploy.docker import (
     built_image,
     docker,
     launcher_env_vars,
+    remove_run_containers,
 )
 from batch_pipeline_tests.processes import (
     BIN,
@@ -140,7 +141,5 @@ def test_the_image_serves_the_code_location_and_each_run_gets_its_own_container(
         stop_group(daemon)
         log.close()
         docker("rm", "-f", container, check=False)
-        for leftover in docker(
-            "ps", "-aq", "--filter", f"ancestor={IMAGE}", check=False
-        ).stdout.split():
-            docker("rm", "-f", leftover, check=False)
+        with DagsterInstance.from_config(str(home)) as instance:
+            remove_run_containers(instance)
