@@ -170,7 +170,8 @@ class SanDb:
         started_at: datetime | None = None,
         updated_at: datetime | None = None,
     ) -> int:
-        created_at = created_at or self.now
+        # a job exists before a worker takes it: no later than its started_at or updated_at
+        created_at = created_at or min(t for t in (self.now, started_at, updated_at) if t)
         with self.engine.begin() as conn:
             return conn.execute(
                 insert(jobs)

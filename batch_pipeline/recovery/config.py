@@ -35,7 +35,10 @@ class RecoveryConfig(WriteConfig):
         gt=0,
         le=MAX_MINUTES,
         description="A PROCESSING job older than this (by `started_at`, or `updated_at` when "
-        "`started_at` is NULL) is above the AI call's timeout ceiling: a ghost.",
+        "`started_at` is NULL) is above the AI call's timeout ceiling: a ghost. No job is a "
+        "ghost before it has existed (by `created_at`) for the shorter of the two thresholds: "
+        "that only delays a job whose worker's clock stamped `started_at` before `created_at`, "
+        "and lets the rule's reads skip the app's recent churn in the active-jobs index.",
     )
     orphan_min_age_minutes: int = Field(
         default=minutes(ORPHAN_MIN_AGE),

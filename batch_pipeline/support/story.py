@@ -250,7 +250,7 @@ def _active_verdict(conn, recovery, story, job: JobRecord, now, rules, stats) ->
         since, threshold = job.created_at, settings.stale_pending_after
     else:
         since, threshold = job.started_at or job.updated_at, settings.stale_processing_after
-    closes_at = since + threshold
+    closes_at = max(since + threshold, job.created_at + rule.shortest_stale_age)
     if stale is not None:
         replaced = (
             "closes it without a replacement (the target is at max_attempts)"
@@ -266,12 +266,18 @@ def _active_verdict(conn, recovery, story, job: JobRecord, now, rules, stats) ->
             f"{replaced}",
         )
     if job.status == PROCESSING:
+        too_young = (
+            f", created {age(now - job.created_at)} ago: no job is a ghost before it has "
+            f"existed for {in_words(rule.shortest_stale_age)}"
+            if closes_at > since + threshold
+            else ""
+        )
         return Verdict(
             **base,
             state=WAITING,
             next_at=closes_at,
-            says=f"waiting on job {job.id} (PROCESSING for {age(now - since)}); if it is still "
-            f"PROCESSING at {at(closes_at)} the ghost rule closes it",
+            says=f"waiting on job {job.id} (PROCESSING for {age(now - since)}{too_young}); if it "
+            f"is still PROCESSING at {at(closes_at)} the ghost rule closes it",
         )
     ages = announcement_ages(threshold_for(stats.p99), settings.stale_pending_after)
     later = [age for age in ages if job.created_at + age > now]

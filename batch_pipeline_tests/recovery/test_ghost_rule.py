@@ -1,14 +1,19 @@
 """The ghost-job rule, next to its constants: PENDING > 30 min by created_at, PROCESSING > 1 h
-by started_at (else updated_at); finished jobs never; the thresholds a run may change."""
+by started_at (else updated_at); finished jobs never; none younger than the shorter threshold;
+the thresholds a run may change."""
 
 from datetime import datetime, timedelta
+
+from sqlalchemy import func, select, update
 
 from batch_pipeline.recovery.ghost_jobs import detect_ghost_jobs
 from batch_pipeline.recovery.ghost_rule import (
     STALE_PENDING_AFTER,
     STALE_PROCESSING_AFTER,
     GhostRule,
+    is_stale,
 )
+from batch_pipeline.san.schema import create_recommended_indexes
 from batch_pipeline.san.tables import (
     CARD_ANALYSIS,
     COMPLETED,
@@ -16,6 +21,7 @@ from batch_pipeline.san.tables import (
     PENDING,
     PROCESSING,
     SCRAP_REFINE,
+    jobs,
 )
 
 
@@ -111,3 +117,40 @@ def test_thresholds_are_configurable(san_db):
     job = san_db.job(CARD_ANALYSIS, 1, PENDING, created_at=san_db.ago(minutes=20))
     assert detect(san_db).empty
     assert detect(san_db, stale_pending_after=timedelta(minutes=15))["job_id"].tolist() == [job]
+
+
+def test_no_job_is_stale_before_it_has_existed_for_the_shorter_threshold(san_db):
+    """A worker whose clock runs behind the database's stamps started_at before created_at: such
+    a job is stale once it has existed for the shorter threshold, not before."""
+    rule = {"stale_processing_after": timedelta(minutes=10)}  # shorter than PENDING's 30
+    skewed = san_db.job(
+        CARD_ANALYSIS,
+        1,
+        PROCESSING,
+        created_at=san_db.ago(minutes=9),
+        started_at=san_db.ago(minutes=11),
+    )
+    assert GhostRule(now=san_db.now, **rule).shortest_stale_age == timedelta(minutes=10)
+    assert detect(san_db, **rule).empty
+    with san_db.engine.begin() as conn:
+        conn.execute(update(jobs).values(created_at=san_db.ago(minutes=10, seconds=1)))
+    assert detect(san_db, **rule)["job_id"].tolist() == [skewed]
+
+
+def test_the_rule_reads_a_created_at_range_of_the_active_jobs_index(pg_db):
+    """The app's churn is at the recent end of the index (its just-finished jobs' dead entries,
+    until autovacuum clears them): a count of the stale jobs stops before it."""
+    pg_db.job(CARD_ANALYSIS, 1, PROCESSING, started_at=pg_db.ago(hours=2))
+    create_recommended_indexes(pg_db.engine)
+    with pg_db.engine.begin() as conn:
+        conn.exec_driver_sql("SET LOCAL enable_seqscan = off")  # a tiny table: force the choice
+        conn.exec_driver_sql("SET LOCAL enable_bitmapscan = off")
+        count = select(func.count()).select_from(jobs).where(is_stale(GhostRule(now=pg_db.now)))
+        compiled = count.compile(conn, compile_kwargs={"render_postcompile": True})
+        plan = "\n".join(
+            row[0]
+            for row in conn.exec_driver_sql("EXPLAIN " + str(compiled), compiled.params).all()
+        )
+        assert conn.execute(count).scalar_one() == 1
+    assert "ix_san_jobs_active_covering" in plan, plan
+    assert "Index Cond: (created_at <" in plan, plan

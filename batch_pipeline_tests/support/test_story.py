@@ -96,6 +96,19 @@ def test_a_processing_job_is_closed_only_after_the_processing_threshold(san_db):
     assert abs(verdict.next_at - (started + timedelta(hours=1))) < timedelta(seconds=1)
 
 
+def test_a_job_stamped_as_started_before_it_was_created_closes_once_old_enough(san_db):
+    """A worker's clock behind the database's: the rule waits for the job to have existed for
+    the shorter threshold, and the verdict says when that is."""
+    scrap = san_db.scrap(san_db.user())
+    created = san_db.ago(minutes=5)
+    san_db.job(CARD_ANALYSIS, scrap, PROCESSING, created_at=created, started_at=san_db.ago(hours=2))
+    verdict = card_verdict(san_db, scrap)
+    assert verdict.state == WAITING and "no job is a ghost before it has existed for 30" in (
+        verdict.says
+    )
+    assert abs(verdict.next_at - (created + timedelta(minutes=30))) < timedelta(seconds=1)
+
+
 def test_a_status_the_pipeline_does_not_know_counts_as_active(san_db):
     scrap = san_db.scrap(san_db.user())
     san_db.job(CARD_ANALYSIS, scrap, "pending")
