@@ -155,8 +155,8 @@ def test_the_explain_benchmark_indexes_a_history_and_tells_the_whole_story():
 
 def test_the_app_latency_benchmark_runs_and_counts_every_window(capsys):
     """bench/app_latency.py at a toy scale with real pgbench: the quiet, during and after
-    windows hold transactions, the run succeeded, its WAL and the app's waits are printed (no
-    latency is asserted)."""
+    windows hold transactions (the run's process ending is a window of its own), the run
+    succeeded, its WAL and the app's waits are printed (no latency is asserted)."""
     if shutil.which("pgbench") is None:
         pytest.fail("pgbench is missing: it comes with PostgreSQL's client package")
     assert (
@@ -188,6 +188,8 @@ def test_the_app_latency_benchmark_runs_and_counts_every_window(capsys):
     assert ("never vacuumed" in settings[0]) == (autovacuum == "off"), settings[0]
     quiet, during, after = re.findall(r"^  (?:quiet|during run|3 s after) +(\d+) tx", out, re.M)
     assert int(quiet) > 0 and int(during) > 0 and int(after) > 0, out
+    # the run's process ending is a window of its own, out of both the run's and the after one
+    assert re.search(r"^    its process ending \(\d+\.\d s\) +\d+ tx", out, re.M), out
     assert re.search(r"^  app waits, quiet: .*samples", out, re.M), out
     for window in ("quiet", "during run", "3 s after"):
         assert re.search(
