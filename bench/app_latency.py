@@ -10,15 +10,15 @@ clients; after `--quiet` seconds a recovery_job starts (in a process of its own 
 the per-run caps lifted as in `bench`, so it heals every target at once); pgbench runs on for as
 long as the run and `--after` seconds more. Every transaction's latency (pgbench's
 per-transaction log, measured from its scheduled start, as a user waits) is put in the window it
-ended in: quiet (before the run), during the run, while the process that ran it ends (it held
-an ephemeral Dagster instance's events in memory; a run worker ends on a Dagster host, here on
-the database's cores), or after it (the kernel writes back what a run left dirty in the page
-cache up to 30 s later, and the app feels that too). Prints, per repeat
-and over all: p50, p99 and max of each window (during the run also per op), the share of the
-machine's CPU the host stole meanwhile (other guests of a shared host: a repeat with over 5 % is
-called out), the disks' mean time per write and the slowest of a 4 kB synced write every 0.1 s
-(a quiet window with one over 50 ms is called out: the host's disk stalled), the run's seconds,
-targets healed and the WAL written meanwhile; the last line is machine-readable:
+ended in: quiet (before the run), during the run, while the process that ran it ends (a run
+worker ends on a Dagster host; here on the database's cores, and the app feels it), or after it
+(the kernel writes back what a run left dirty in the page cache up to 30 s later, and the app
+feels that too). Prints, per repeat and over all: p50, p99 and max of each window (during the
+run also per op), the share of the machine's CPU the host stole meanwhile (other guests of a
+shared host: a repeat with over 5 % is called out), the disks' mean time per write and the
+slowest of a 4 kB synced write every 0.1 s (a quiet window with one over 50 ms is called out:
+the host's disk stalled), the run's seconds, targets healed and the WAL written meanwhile; the
+last line is machine-readable:
 
     quiet_p99_ms=Q during_p99_ms=D ratio=R after_p99_ms=A after_ratio=R2
 
@@ -440,8 +440,8 @@ def one_repeat(
         host.mark("after")
         wal_mb = conn.execute(WAL_SINCE, (wal_before,)).fetchone()[0] / 1e6
     run.join()
-    # the process that ran it ends (seconds of a core freeing an ephemeral instance's events,
-    # on the database's cores here, a Dagster host's in production): a window of its own
+    # the process that ran it ends (about a second of a core, on the database's cores here, a
+    # Dagster host's in production; what it spends it on is not established): a window of its own
     exited = time.time()
     time.sleep(args.after)
     host.mark("end")
