@@ -202,6 +202,16 @@ class SanDb:
         with self.engine.connect() as conn:
             return conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one()
 
+    def plan(self, statement, *settings: str) -> str:
+        """PostgreSQL's EXPLAIN of `statement` under `SET LOCAL` `settings` (e.g.
+        "enable_seqscan = off": a test's table is tiny, so force the choice at scale)."""
+        with self.engine.begin() as conn:
+            for setting in settings:
+                conn.exec_driver_sql(f"SET LOCAL {setting}")
+            compiled = statement.compile(conn, compile_kwargs={"render_postcompile": True})
+            explained = conn.exec_driver_sql("EXPLAIN " + str(compiled), compiled.params)
+            return "\n".join(row[0] for row in explained)
+
     def summaries(self) -> list:
         with self.engine.connect() as conn:
             return conn.execute(select(daily_summaries).order_by(daily_summaries.c.id)).all()
