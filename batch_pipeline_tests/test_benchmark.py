@@ -14,7 +14,7 @@ from batch_pipeline.recovery.registry import AREAS, RECOVERIES
 from batch_pipeline.recovery.targets import TargetRecovery
 from batch_pipeline_tests.conftest import pg_admin_url
 from batch_pipeline_tests.processes import ROOT
-from bench import app_latency, baseline, chunk_cost, step_load
+from bench import app_latency, baseline, chunk_cost, cpu_share, step_load
 from bench.runner import SET_BY_ALTER_SYSTEM, Server, psycopg_conninfo, run_benchmark
 
 pytestmark = pytest.mark.system  # runs the benchmark scripts end to end
@@ -153,6 +153,14 @@ def test_the_explain_benchmark_indexes_a_history_and_tells_the_whole_story():
     assert any(line.startswith("python -m batch_pipeline explain scrap 7") for line in lines)
 
 
+def databases_named(prefix: str) -> list:
+    """The server's databases whose name starts with `prefix` (a bench's, left behind)."""
+    with psycopg.connect(**psycopg_conninfo(pg_admin_url()), autocommit=True) as conn:
+        return conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{prefix}%",)
+        ).fetchall()
+
+
 def test_the_app_latency_benchmark_runs_and_counts_every_window(capsys):
     """bench/app_latency.py at a toy scale with real pgbench: the quiet, during and after
     windows hold transactions (the run's process ending is a window of its own), the run
@@ -171,6 +179,8 @@ def test_the_app_latency_benchmark_runs_and_counts_every_window(capsys):
                 "--after",
                 "3",
                 "--sample-waits",
+                "--peak-seconds",
+                "2",
                 "--server-url",
                 pg_admin_url(),
                 "--prefix",
@@ -186,6 +196,11 @@ def test_the_app_latency_benchmark_runs_and_counts_every_window(capsys):
     settings = re.search(r"^# server: autovacuum (\w+), shared_buffers \w+, .*$", out, re.M)
     assert settings and settings[1] == autovacuum, out
     assert ("never vacuumed" in settings[0]) == (autovacuum == "off"), settings[0]
+    # what --rate (150) is read against: pgbench with no rate set on a copy, dropped after
+    peak = re.search(
+        r"^# the app alone peaks at ([\d,]+) tx/s here .*: --rate 150 is \d+% of it$", out, re.M
+    )
+    assert peak and int(peak[1].replace(",", "")) > 0, out
     quiet, during, after = re.findall(r"^  (?:quiet|during run|3 s after) +(\d+) tx", out, re.M)
     assert int(quiet) > 0 and int(during) > 0 and int(after) > 0, out
     # the run's process ending is a window of its own, out of both the run's and the after one
@@ -226,11 +241,7 @@ def test_a_repeat_whose_run_outlives_the_budget_is_given_up_and_the_next_one_run
     ], out
     assert "# repeats 1, 2: given up (not in the figures)" in out
     assert re.search(r"^idle: run_seconds=$", out, re.M), out
-    with psycopg.connect(**psycopg_conninfo(pg_admin_url()), autocommit=True) as conn:
-        left = conn.execute(
-            "SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{prefix}%",)
-        ).fetchall()
-    assert left == []
+    assert databases_named(prefix) == []
 
 
 def test_the_app_latency_benchmark_without_an_app_times_the_run_alone(capsys):
@@ -247,6 +258,23 @@ def test_the_app_latency_benchmark_without_an_app_times_the_run_alone(capsys):
     assert re.search(r"recovery_job success in .* [1-9][\d,]* targets healed", out), out
     assert re.search(r"^idle: run_seconds=\d+\.\d$", out, re.M), out
     assert (server.shown("autovacuum"), alter_system_autovacuum(server)) == before
+
+
+def test_the_cpu_share_benchmark_measures_the_app_beside_a_loop_and_a_process_ending(capsys):
+    """bench/cpu_share.py at a toy scale: the app's peak alone and beside each busy loop, then
+    the app's latency around a ranked-last process ending; its databases dropped after."""
+    prefix = f"bp_share_{uuid.uuid4().hex[:8]}"
+    argv = ["--scale", "0.001", "--seconds", "2", "--trials", "1"]
+    assert cpu_share.main([*argv, "--server-url", pg_admin_url(), "--prefix", prefix]) == 0
+    out = capsys.readouterr().out
+    alone = re.search(r"^app alone, no rate set: +(\d+) tx/s$", out, re.M)
+    assert alone and int(alone[1]) > 0, out
+    for label in ("ranked last", "at normal priority"):
+        assert re.search(rf"^beside a busy loop {label}: +\d+ tx/s \(\d+% of alone\)$", out, re.M)
+    assert re.search(r"^  ending 1 \(\d+\.\d s\):$", out, re.M), out
+    for window in ("10 s before", "while it ends", "3 s after"):
+        assert re.search(rf"^    {window} +\d+ tx  p50", out, re.M), out
+    assert databases_named(prefix) == []
 
 
 def alter_system_autovacuum(server: Server) -> tuple | None:
@@ -391,8 +419,4 @@ def test_the_chunk_cost_benchmark_times_each_sweep_s_chunk_and_its_share_on_the_
     assert set(figures) == wanted | {"build_ms"}, figures
     timed_here = [v for name, v in figures.items() if name.endswith(("chunk_ms", "build_ms"))]
     assert all(float(value) > 0 for value in timed_here), figures  # the server's may round to 0
-    with psycopg.connect(**psycopg_conninfo(pg_admin_url()), autocommit=True) as conn:
-        left = conn.execute(
-            "SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{prefix}%",)
-        ).fetchall()
-    assert left == []
+    assert databases_named(prefix) == []

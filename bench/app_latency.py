@@ -49,6 +49,7 @@ import logging
 import multiprocessing
 import os
 import queue
+import re
 import subprocess
 import sys
 import tempfile
@@ -111,6 +112,8 @@ WARM_UP_S = 5.0
 # after the run: the app's traffic on, its own window: the kernel writes back what the run left
 # dirty in the page cache up to vm.dirty_expire_centisecs (30 s) later, and the app feels that too
 AFTER_S = 40.0
+# how long pgbench runs with no rate set to find the app's peak (its tps settles within seconds)
+PEAK_S = 20.0
 # before each repeat's quiet window, the disk gets this long to write out what came before
 SETTLE_AT_MOST_S = 60
 SETTLED_MB_PER_S = 1
@@ -146,7 +149,7 @@ def one_recovery_run(
     if parallel_workers is not None:
         replay_parallel_workers(parallel_workers)
     if apart:
-        os.nice(19)  # as if on a host of its own: the database's processes come first
+        run_last()
     if pgoptions:  # libpq reads it: the run's sessions only, not the app's
         os.environ["PGOPTIONS"] = pgoptions
     # the run's progress lines (san/progress.py) as they come: a repeat given up keeps them
@@ -169,6 +172,21 @@ def one_recovery_run(
                     paced[name] = materialization.metadata[key].value
     steps = step_spans(instance, result.run_id, ended=("STEP_SUCCESS", "STEP_FAILURE"))
     results.put((started, time.time(), result.success, elapsed, healed, steps, paced))
+
+
+def run_last() -> None:
+    """This process runs only where no other wants a core, as if on a host of its own: in a
+    session of its own (Linux's autogroups weigh each session as one: a nice inside the bench's
+    session never ranked it below PostgreSQL's), at SCHED_IDLE where Linux has it, at nice 19.
+    On a virtual machine whose host caps its CPU, no priority keeps its cycles from the
+    database's: bench/cpu_share.py measures whether this one does."""
+    os.setsid()
+    autogroup = Path("/proc/self/autogroup")
+    if autogroup.exists():
+        autogroup.write_text("19")
+    if hasattr(os, "SCHED_IDLE"):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    os.nice(19)
 
 
 def recovery_process(
@@ -369,17 +387,40 @@ def summary(values: list[float]) -> str:
 
 
 def pgbench_command(
-    args, script: Path, folder: Path, conninfo: dict, database: str, seconds: float
+    args, script: Path, folder: Path | None, conninfo: dict, database: str, seconds: float
 ) -> list[str]:
     """pgbench playing the app (`script`) at `--rate` from `--clients` for `seconds`, logging
-    each transaction under `folder` (read back by `latencies`)."""
+    each transaction under `folder` (read back by `latencies`); without a folder, as fast as it
+    goes and unlogged (`peak_rate`)."""
+    paced = (
+        ["--rate", str(args.rate), "--log", "--log-prefix", str(folder / "app")] if folder else []
+    )
     return [
         "pgbench", "--no-vacuum", "--file", str(script), "--client", str(args.clients),
-        "--jobs", str(min(args.clients, 2)), "--rate", str(args.rate),
-        "--time", str(int(seconds)), "--log", "--log-prefix", str(folder / "app"),
+        "--jobs", str(min(args.clients, 2)), *paced,
+        "--time", str(int(seconds)),
         "--host", conninfo.get("host", "127.0.0.1"), "--port", str(conninfo.get("port", 5432)),
         "--username", conninfo.get("user", "postgres"), database,
     ]  # fmt: skip
+
+
+def peak_rate(server: Server, template: str, args, script: Path, seconds: float) -> float:
+    """The app's transactions per second with no rate set, on a fresh copy of the template:
+    the most this database serves it here, what `--rate` is read against (a rate near it is
+    one the database barely holds)."""
+    copy = f"{args.prefix}_peak"
+    server.create(copy, template=template)
+    settle_the_disk()
+    try:
+        conninfo = psycopg_conninfo(db_url(args.server_url, copy))
+        done = subprocess.run(
+            pgbench_command(args, script, None, conninfo, copy, seconds),
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+    finally:
+        server.drop(copy)
+    [tps] = re.findall(r"^tps = ([0-9.]+)", done.stdout, re.MULTILINE)
+    return float(tps)
 
 
 def one_repeat(
@@ -544,6 +585,14 @@ def template_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def given_back(server: Server, template: str, seeded_here: bool, args, copy: str) -> None:
+    """A borrowed template's copy dropped, and the template too if this call seeded it and was
+    not told to keep it (`borrowed_template`)."""
+    server.drop(copy)
+    if seeded_here and not args.keep_template:
+        server.drop(template)
+
+
 def borrowed_template(args, scale: Scale, folder_prefix: str) -> tuple[Server, str, bool, Path]:
     """This benchmark's template, seeded now if there is none (`template_options`): the server,
     the template, whether it was seeded here, and the app's script for its scale."""
@@ -596,14 +645,22 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--hosts-apart",
         action="store_true",
-        help="pgbench (the app's servers) at nice -10 and the run's process at nice 19, as if "
-        "each were on a host of its own: what is left is the database's share (needs root)",
+        help="pgbench (the app's servers) at nice -10 and the run's process at the lowest "
+        "priority (run_last), as if each were on a host of its own: what is left is the "
+        "database's share (needs root)",
     )
     parser.add_argument(
         "--keep-template",
         action="store_true",
         help="keep the seeded template for the next call with this flag, and use one kept by "
         "an earlier call (same --scale, --prefix and index choice: not checked)",
+    )
+    parser.add_argument(
+        "--peak-seconds",
+        type=float,
+        default=PEAK_S,
+        help="seconds of pgbench with no rate set, before the repeats: the app's peak here, "
+        "which the header reads --rate against (0: not measured; default: %(default)s)",
     )
     parser.add_argument(
         "--sample-waits",
@@ -635,6 +692,13 @@ def measured(args, server: Server) -> int:
     print(server.settings_line())
     script = Path(tempfile.mkdtemp(prefix="app_latency_")) / "san_app.sql"
     script.write_text(APP_SCRIPT.format(scraps=scale.scraps, users=scale.users))
+    if args.rate > 0 and args.peak_seconds > 0:
+        peak = peak_rate(server, template, args, script, args.peak_seconds)
+        print(
+            f"# the app alone peaks at {peak:,.0f} tx/s here (pgbench {args.clients} clients, no "
+            f"rate set, {args.peak_seconds:g} s on a fresh copy): --rate {args.rate:g} is "
+            f"{args.rate / peak:.0%} of it"
+        )
     all_quiet, all_during, all_after, noisy, run_seconds = [], [], [], [], []
     given_up_repeats: list[int] = []
     try:

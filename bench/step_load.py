@@ -41,6 +41,7 @@ from bench.app_latency import (
     AS_THE_RUN,
     app_parser,
     borrowed_template,
+    given_back,
     latencies,
     percentile,
     pgbench_command,
@@ -272,9 +273,7 @@ def stepped(args, server, template: str, seeded_here: bool, script: Path) -> int
             )
             print(report(instants, at_work, started, step, load_ended, ended, alone, load))
     finally:
-        server.drop(copy)
-        if seeded_here and not args.keep_template:
-            server.drop(template)
+        given_back(server, template, seeded_here, args, copy)
     return 0
 
 
