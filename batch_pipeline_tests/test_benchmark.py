@@ -5,7 +5,9 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import uuid
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -332,6 +334,42 @@ def test_a_bench_s_autovacuum_puts_back_what_alter_system_held_when_it_is_killed
         assert alter_system_autovacuum(server) == ("off",)
     finally:
         server._alter_system("autovacuum", held[0] if held else None)
+
+
+def test_a_stopped_app_latency_bench_stops_its_run_s_process_and_drops_its_databases():
+    """`kill` (SIGTERM) of bench.app_latency while the app plays its quiet window: it exits 143
+    at once, the run's process (spawned, waiting for its start) is gone with it, and so are
+    the bench's databases. A process the bench waited for would keep it alive for a whole run."""
+    prefix = f"bp_latency_{uuid.uuid4().hex[:8]}"
+    argv = ["--scale", "0.001", "--quiet", "300", "--peak-seconds", "0", "--prefix", prefix]
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "bench.app_latency", *argv, "--server-url", pg_admin_url()],
+        stdout=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
+    try:
+        with psycopg.connect(**psycopg_conninfo(pg_admin_url()), autocommit=True) as conn:
+            playing = "SELECT 1 FROM pg_stat_activity WHERE datname = %s AND application_name = %s"
+            while not conn.execute(playing, (f"{prefix}_run", "pgbench")).fetchone():
+                assert bench.poll() is None, "the bench ended before its quiet window"
+                time.sleep(0.2)
+        children = {
+            int(pid)
+            for task in Path(f"/proc/{bench.pid}/task").iterdir()
+            for pid in (task / "children").read_text().split()
+        }
+        bench.terminate()
+        assert bench.wait(timeout=60) == 143
+    finally:
+        bench.kill()
+    assert children, "the run's process was not found"
+    deadline = time.monotonic() + 30  # pgbench and multiprocessing's tracker see their end
+    while [pid for pid in children if Path(f"/proc/{pid}").exists()]:
+        assert time.monotonic() < deadline, [
+            Path(f"/proc/{pid}/cmdline").read_text() for pid in children
+        ]
+        time.sleep(0.2)
+    assert databases_named(prefix) == []
 
 
 def test_the_metrics_scrape_benchmark_times_a_reading_with_and_without_the_indexes():

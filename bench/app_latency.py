@@ -13,7 +13,9 @@ per-transaction log, measured from its scheduled start, as a user waits) is put 
 ended in: quiet (before the run), during the run, while the process that ran it ends (a run
 worker ends on a Dagster host; here on the database's cores, and the app feels it), or after it
 (the kernel writes back what a run left dirty in the page cache up to 30 s later, and the app
-feels that too). Prints, per repeat and over all: p50, p99 and max of each window (during the
+feels that too). The header reads `--rate` against the app's peak (pgbench with no rate set,
+`--peak-seconds` on a fresh copy): a rate near it is one the database barely holds. Prints, per
+repeat and over all: p50, p99 and max of each window (during the
 run also per op), the share of the machine's CPU the host stole meanwhile (other guests of a
 shared host: a repeat with over 5 % is called out), the disks' mean time per write and the
 slowest of a 4 kB synced write every 0.1 s (a quiet window with one over 50 ms is called out:
@@ -74,6 +76,7 @@ from bench.runner import (
     psycopg_conninfo,
     run_pipeline,
     step_spans,
+    terminated_as_exit,
 )
 from bench.seed import Scale, seed
 
@@ -196,9 +199,10 @@ def recovery_process(
     that starts the run, the queue its results come on)."""
     context = multiprocessing.get_context("spawn")
     ready, go, results = context.Event(), context.Event(), context.Queue()
-    run = context.Process(
+    run = context.Process(  # daemon: a bench stopped (SIGTERM) stops it, not waits for it
         target=one_recovery_run,
         args=(url, parallel_workers, config, apart, pgoptions, ready, go, results),
+        daemon=True,
     )
     run.start()
     ready.wait(timeout=300)
@@ -481,8 +485,9 @@ def one_repeat(
         host.mark("after")
         wal_mb = conn.execute(WAL_SINCE, (wal_before,)).fetchone()[0] / 1e6
     run.join()
-    # the process that ran it ends (about a second of a core, on the database's cores here, a
-    # Dagster host's in production; what it spends it on is not established): a window of its own
+    # the process that ran it ends: about a second of a core tearing down Dagster's and
+    # batch_pipeline's modules, on the database's cores here (a Dagster host's in production),
+    # which the app feels whatever its priority (bench/cpu_share.py): a window of its own
     exited = time.time()
     time.sleep(args.after)
     host.mark("end")
@@ -669,7 +674,8 @@ def main(argv=None) -> int:
     )
     args = parser.parse_args(argv)
     server = Server(args.server_url, args.prefix)
-    with server.autovacuum(args.autovacuum):
+    # stopped (SIGTERM), it drops its databases and its run's process goes with it
+    with server.autovacuum(args.autovacuum), terminated_as_exit():
         return measured(args, server)
 
 
