@@ -417,12 +417,17 @@ def peak_rate(server: Server, template: str, args, script: Path, seconds: float)
     settle_the_disk()
     try:
         conninfo = psycopg_conninfo(db_url(args.server_url, copy))
-        done = subprocess.run(
-            pgbench_command(args, script, None, conninfo, copy, seconds),
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
+        return unthrottled_tps(args, script, conninfo, copy, seconds)
     finally:
         server.drop(copy)
+
+
+def unthrottled_tps(args, script: Path, conninfo: dict, database: str, seconds: float) -> float:
+    """pgbench playing the app with no rate set for `seconds`: its transactions per second."""
+    done = subprocess.run(
+        pgbench_command(args, script, None, conninfo, database, seconds),
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
     [tps] = re.findall(r"^tps = ([0-9.]+)", done.stdout, re.MULTILINE)
     return float(tps)
 

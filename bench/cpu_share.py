@@ -19,7 +19,6 @@ batch_pipeline's modules takes about a second of a core to end.
 """
 
 import multiprocessing
-import re
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from bench.app_latency import (
     settle_the_disk,
     summary,
     template_options,
+    unthrottled_tps,
 )
 from bench.runner import db_url, psycopg_conninfo
 from bench.seed import Scale
@@ -50,15 +50,11 @@ def peak(args, script: Path, conninfo: dict, database: str, beside: list | None,
     lowest priority if `last`) or alone."""
     loop = subprocess.Popen(beside, preexec_fn=run_last if last else None) if beside else None
     try:
-        done = subprocess.run(
-            pgbench_command(args, script, None, conninfo, database, args.seconds),
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
+        return unthrottled_tps(args, script, conninfo, database, args.seconds)
     finally:
         if loop:
             loop.kill()
             loop.wait()
-    return float(re.findall(r"^tps = ([0-9.]+)", done.stdout, re.MULTILINE)[0])
 
 
 def imported_then_ended(ready, go) -> None:
