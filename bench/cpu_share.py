@@ -66,8 +66,9 @@ def imported_then_ended(ready, go) -> None:
     go.wait()
 
 
-def endings(args, script: Path, conninfo: dict, database: str, rate: float) -> list[str]:
-    """The app at `rate` while `--trials` processes end, one every TRIAL_EVERY_S: a line each."""
+def endings(args, script: Path, conninfo: dict, database: str) -> list[str]:
+    """The app at `args.rate` while `--trials` processes end, one every TRIAL_EVERY_S: a line
+    each."""
     context = multiprocessing.get_context("spawn")
     waiting = []
     for _ in range(args.trials):  # imported before the app starts: only their ending is timed
@@ -77,7 +78,6 @@ def endings(args, script: Path, conninfo: dict, database: str, rate: float) -> l
         ready.wait(timeout=120)
         waiting.append((process, go))
     folder = Path(tempfile.mkdtemp(prefix="cpu_share_"))
-    args.rate = rate
     seconds = BEFORE_S + args.trials * TRIAL_EVERY_S
     app = subprocess.Popen(
         pgbench_command(args, script, folder, conninfo, database, seconds),
@@ -85,6 +85,8 @@ def endings(args, script: Path, conninfo: dict, database: str, rate: float) -> l
     )  # fmt: skip
     marks = []
     for process, go in waiting:
+        # an ending takes a second or two: the next starts about TRIAL_EVERY_S after the last
+        # started, so the last one's after window falls inside pgbench's `seconds`
         time.sleep(TRIAL_EVERY_S - 2 if marks else BEFORE_S)
         started = time.time()
         go.set()
@@ -130,9 +132,12 @@ def main(argv=None) -> int:
                 f"beside a busy loop {label + ':':19s} {beside:6.0f} tx/s "
                 f"({beside / alone:.0%} of alone)"
             )
-        rate = round(alone * args.share)
-        print(f"the app at {rate} tx/s ({args.share:.0%} of alone), a run worker's process ending:")
-        print("\n".join(endings(args, script, conninfo, copy, rate)))
+        args.rate = round(alone * args.share)  # what pgbench_command paces the app at
+        print(
+            f"the app at {args.rate} tx/s ({args.share:.0%} of alone), a run worker's process "
+            "ending:"
+        )
+        print("\n".join(endings(args, script, conninfo, copy)))
     finally:
         given_back(server, template, seeded_here, args, copy)
     return 0
