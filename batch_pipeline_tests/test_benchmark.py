@@ -388,7 +388,8 @@ def test_the_metrics_scrape_benchmark_times_a_reading_with_and_without_the_index
 def test_the_step_benchmark_reads_the_run_s_writes_back_and_times_the_app(capsys):
     """bench/step_load.py at a toy scale: the run's jobs are read back from SAN's rows (not
     pgbench's), its time at work is sampled, the app's windows hold transactions, where the load's
-    slow transactions fell is printed, the verdict line is printed."""
+    slow transactions fell is printed, and so is the same step with no run (the control), the
+    verdict line is printed."""
     prefix = f"bp_step_{uuid.uuid4().hex[:8]}"
     argv = ["--scale", "0.001", "--quiet", "7", "--load-for", "7", "--step-at", "0"]
     assert step_load.main([*argv, "--server-url", pg_admin_url(), "--prefix", prefix]) == 0
@@ -402,6 +403,11 @@ def test_the_step_benchmark_reads_the_run_s_writes_back_and_times_the_app(capsys
         r"^  app alone, first 5 s +\d+ tx +p99 +\d+\.\d\d ms  \(left out", out, re.M
     ), out
     assert re.search(r"^  app, 5 s to 30 s +\d+ tx +p99 +\d+\.\d\d ms$", out, re.M), out
+    # the control: the same step with no run, its transactions and where its slow ones fell
+    control = re.search(r"^  app, first 30 s, no run +(\d+) tx +p99 +\d+\.\d\d ms", out, re.M)
+    assert control and int(control[1]) > 0, out
+    no_run = r"^  \.\.\. and of the same step with no run: +(none|\d+s:\d+)"
+    assert re.search(no_run, out, re.M), out
     assert re.search(
         r"^  over 1.5x the quiet p99, per second of the load: (none|\d+s:\d+)", out, re.M
     ), out
@@ -411,7 +417,8 @@ def test_the_step_benchmark_reads_the_run_s_writes_back_and_times_the_app(capsys
     assert re.search(
         r"^drop_after_s=(never|\d+\.\d) back_after_s=(never|\d+\.\d) "
         r"at_work_drop_after_s=(never|\d+\.\d) at_work_back_after_s=(never|\d+\.\d) "
-        r"quiet_p99_ms=\d+\.\d\d load_p99_ms=\d+\.\d\d ratio=\d+\.\d\d$",
+        r"quiet_p99_ms=\d+\.\d\d load_p99_ms=\d+\.\d\d ratio=\d+\.\d\d "
+        r"control_p99_ms=\d+\.\d\d control_ratio=\d+\.\d\d$",
         out,
         re.M,
     ), out

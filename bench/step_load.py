@@ -17,11 +17,15 @@ the first JUDGED_S of the load against its quiet p99, also past the load's first
 quiet p99 leaves the app's first seconds out: a cold start is not the run's doing; their own p99
 is printed beside it), and per
 second of the load the transactions over SLOW_OVER times the quiet p99 (where the tail falls).
+The same step with no run is the control: after the app alone and CONTROL_PAUSE_S of idle,
+pgbench starts again for the judged window, and its p99 and slow seconds are printed beside the
+step's: what the app's own restart costs it (connections, its first transactions), which the
+step's first seconds hold too.
 The same for the run's share of time at work (RUN_AT_WORK sampled: its detections' chunks too,
 which create no job). The last line is machine-readable:
 
     drop_after_s=D back_after_s=B at_work_drop_after_s=D2 at_work_back_after_s=B2
-    quiet_p99_ms=Q load_p99_ms=L ratio=R
+    quiet_p99_ms=Q load_p99_ms=L ratio=R control_p99_ms=C control_ratio=R2
 
     .venv/bin/python -m bench.step_load [--scale 1] [--rate 300] [--step-at 2] [--load-for 40]
 """
@@ -58,6 +62,8 @@ JUDGED_S = 30.0  # the app's p99 over this much of the load
 # p99 is also printed with them left out, which tells a cold start from what the run left
 WARM_UP_S = 5.0
 SLOW_OVER = 1.5  # a transaction this many times the quiet p99 is counted per second of the load
+# the control's idle between the app alone and its step: about the run's start to its first write
+CONTROL_PAUSE_S = 5.0
 # the run's jobs: every job created since it started but pgbench's (the refine jobs of scraps
 # pgbench created, past the copy's last scrap)
 RUN_WRITES = """
@@ -121,6 +127,23 @@ def app_alone(args, script: Path, database: str) -> tuple[list[float], list[floa
     )
 
 
+def stepped_load(args, script: Path, database: str, seconds: float) -> tuple[float, list]:
+    """pgbench started at `--rate` for `seconds`: (the step's instant, [(seconds since the step,
+    ms)] over its first JUDGED_S)."""
+    folder = Path(tempfile.mkdtemp(prefix="step_load_"))
+    step = time.time()
+    pgbench(args, script, folder, database, seconds).communicate(timeout=seconds + 60)
+    return step, [
+        (ended - step, ms) for ended, ms in latencies(folder) if step <= ended < step + JUDGED_S
+    ]
+
+
+def the_step_alone(args, script: Path, database: str) -> list[tuple[float, float]]:
+    """The control: the app stepped up again with no run, its first JUDGED_S."""
+    time.sleep(CONTROL_PAUSE_S)
+    return stepped_load(args, script, database, min(JUDGED_S, args.load_for))[1]
+
+
 def the_step(args, script: Path, database: str, conninfo: dict):
     """The run on the idle database, the load stepped up and down during it: (run started,
     step, load ended, run ended, the load's latencies, success)."""
@@ -136,17 +159,12 @@ def the_step(args, script: Path, database: str, conninfo: dict):
         while run.is_alive() and not conn.execute(FIRST_WRITE, found, prepare=False).fetchone():
             time.sleep(0.05)  # a run that wrote nothing steps the load when it ends
     time.sleep(args.step_at)
-    folder = Path(tempfile.mkdtemp(prefix="step_load_"))
-    step = time.time()
-    pgbench(args, script, folder, database, args.load_for).communicate(timeout=args.load_for + 60)
+    step, load = stepped_load(args, script, database, args.load_for)
     load_ended = time.time()
     run_started, run_ended, success, *_ = results.get(timeout=3_600)
     run.join()
     at_work.stop.set()
     at_work.join()
-    load = [
-        (ended - step, ms) for ended, ms in latencies(folder) if step <= ended < step + JUDGED_S
-    ]
     return run_started, step, load_ended, run_ended, load, success, at_work.samples
 
 
@@ -191,7 +209,13 @@ def said(seconds: float | None) -> str:
     return "never" if seconds is None else f"{seconds:.1f}"
 
 
-def report(instants, at_work, started, step, load_ended, run_ended, alone, load) -> str:
+def slow_seconds(load: list[tuple[float, float]], over_ms: float) -> str:
+    """Per second of a load, its transactions over `over_ms`."""
+    slow = Counter(int(since) for since, ms in load if ms > over_ms)
+    return " ".join(f"{second}s:{count}" for second, count in sorted(slow.items())) or "none"
+
+
+def report(instants, at_work, started, step, load_ended, run_ended, alone, load, control) -> str:
     first_write = min(instants, default=step)
     drop, back = paces(
         "writes", lambda a, b: rate(instants, a, b), "rows/s", step, load_ended, run_ended,
@@ -217,15 +241,21 @@ def report(instants, at_work, started, step, load_ended, run_ended, alone, load)
         f"  app, {WARM_UP_S:g} s to {JUDGED_S:.0f} s  {len(warm):6d} tx  "
         + (f"p99 {percentile(warm, 0.99):6.2f} ms" if warm else "(none)")
     )
-    slow = Counter(int(since) for since, ms in load if ms > SLOW_OVER * quiet_p99)
+    control_p99 = percentile([ms for _, ms in control], 0.99)
     print(
-        f"  over {SLOW_OVER:g}x the quiet p99, per second of the load: "
-        + (" ".join(f"{second}s:{count}" for second, count in sorted(slow.items())) or "none")
+        f"  app, first {JUDGED_S:.0f} s, no run {len(control):6d} tx  p99 {control_p99:6.2f} ms"
+        "  (the same step with no run: the app's own restart)"
     )
+    over = SLOW_OVER * quiet_p99
+    print(
+        f"  over {SLOW_OVER:g}x the quiet p99, per second of the load: {slow_seconds(load, over)}"
+    )
+    print(f"  ... and of the same step with no run:         {slow_seconds(control, over)}")
     return (
         f"drop_after_s={said(drop)} back_after_s={said(back)} "
         f"at_work_drop_after_s={said(at_work_drop)} at_work_back_after_s={said(at_work_back)} "
         f"quiet_p99_ms={quiet_p99:.2f} load_p99_ms={load_p99:.2f} ratio={load_p99 / quiet_p99:.2f}"
+        f" control_p99_ms={control_p99:.2f} control_ratio={control_p99 / quiet_p99:.2f}"
     )
 
 
@@ -260,6 +290,7 @@ def stepped(args, server, template: str, seeded_here: bool, script: Path) -> int
             with psycopg.connect(**conninfo, autocommit=True) as conn:
                 last_scrap = conn.execute(LAST_SCRAP).fetchone()[0]
             alone = app_alone(args, script, copy)
+            control = the_step_alone(args, script, copy)
             started, step, load_ended, ended, load, success, at_work = the_step(
                 args, script, copy, conninfo
             )
@@ -271,7 +302,7 @@ def stepped(args, server, template: str, seeded_here: bool, script: Path) -> int
                 f"{ended - started:.1f} s, {len(instants):,} jobs created; the load from "
                 f"{step - started:.1f} s to {load_ended - started:.1f} s"
             )
-            print(report(instants, at_work, started, step, load_ended, ended, alone, load))
+            print(report(instants, at_work, started, step, load_ended, ended, alone, load, control))
     finally:
         given_back(server, template, seeded_here, args, copy)
     return 0
