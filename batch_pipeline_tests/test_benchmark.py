@@ -227,6 +227,44 @@ def test_the_app_latency_benchmark_runs_and_counts_every_window(capsys):
     )
 
 
+def test_the_app_latency_benchmark_plays_the_app_at_a_share_of_its_measured_peak(capsys):
+    """`--rate-of-peak`: the app plays at that share of the peak the bench measured, and the
+    header says which rate that was."""
+    argv = ["--scale", "0.001", "--repeats", "1", "--quiet", "6", "--after", "1"]
+    prefix = f"bp_latency_{uuid.uuid4().hex[:8]}"
+    argv += ["--peak-seconds", "2", "--rate-of-peak", "0.5", "--prefix", prefix]
+    assert app_latency.main([*argv, "--server-url", pg_admin_url()]) == 0
+    out = capsys.readouterr().out
+    peak = re.search(
+        r"^# the app alone peaks at ([\d,]+) tx/s here .*: --rate (\d+) is 50% of it "
+        r"\(--rate-of-peak 0\.5\)$",
+        out,
+        re.M,
+    )
+    assert peak, out
+    rate = int(peak[2])  # half the peak, which the header prints rounded to a transaction
+    assert rate > 0 and abs(rate - 0.5 * int(peak[1].replace(",", ""))) <= 1, out
+    assert re.search(
+        rf"^# app latency while healing: .*, pgbench 4 clients at {rate} tx/s,", out, re.M
+    ), out
+    assert not databases_named(prefix)
+
+
+@pytest.mark.parametrize(
+    "argv, error",
+    [
+        (["--rate-of-peak", "1.5"], "1.5 is not a share of the peak: over 0, at most 1"),
+        (["--rate-of-peak", "0"], "0 is not a share of the peak"),
+        (["--rate-of-peak", "0.8", "--peak-seconds", "0"], "--rate-of-peak needs the peak"),
+    ],
+)
+def test_a_rate_of_peak_that_is_no_share_or_has_no_peak_is_refused(capsys, argv, error):
+    with pytest.raises(SystemExit) as exit_:
+        app_latency.main(argv)
+    assert exit_.value.code == 2
+    assert error in capsys.readouterr().err
+
+
 def test_a_repeat_whose_run_outlives_the_budget_is_given_up_and_the_next_one_runs(capsys):
     """`--budget` shorter than any run: each repeat is given up (its run process stopped, its
     copy dropped), called out and left out of the figures; the bench still ends well."""

@@ -14,7 +14,10 @@ ended in: quiet (before the run), during the run, while the process that ran it 
 worker ends on a Dagster host; here on the database's cores, and the app feels it), or after it
 (the kernel writes back what a run left dirty in the page cache up to 30 s later, and the app
 feels that too). The header reads `--rate` against the app's peak (pgbench with no rate set,
-`--peak-seconds` on a fresh copy): a rate near it is one the database barely holds. Prints, per
+`--peak-seconds` on a fresh copy): a rate near it is one the database barely holds;
+`--rate-of-peak S` plays the app at S times that peak instead of `--rate` (the peak moves from
+one machine, and one hour, to the next: "the rate the database barely holds" is a share of it,
+not a fixed rate). Prints, per
 repeat and over all: p50, p99 and max of each window (during the
 run also per op), the share of the machine's CPU the host stole meanwhile (other guests of a
 shared host: a repeat with over 5 % is called out), the disks' mean time per write and the
@@ -616,6 +619,14 @@ def borrowed_template(args, scale: Scale, folder_prefix: str) -> tuple[Server, s
     return server, template, seeded_here, script
 
 
+def share_of_peak(text: str) -> float:
+    """`--rate-of-peak`: a share of the app's peak, over 0 and at most 1."""
+    share = float(text)
+    if not 0 < share <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a share of the peak: over 0, at most 1")
+    return share
+
+
 def main(argv=None) -> int:
     parser = app_parser("python -m bench.app_latency", __doc__, rate=150.0)
     parser.add_argument(
@@ -673,11 +684,20 @@ def main(argv=None) -> int:
         "which the header reads --rate against (0: not measured; default: %(default)s)",
     )
     parser.add_argument(
+        "--rate-of-peak",
+        type=share_of_peak,
+        default=None,
+        help="play the app at this share of its peak measured here (e.g. 0.8), instead of "
+        "--rate; needs --peak-seconds over 0",
+    )
+    parser.add_argument(
         "--sample-waits",
         action="store_true",
         help="sample what the app's backends wait on (pg_stat_activity) in each window",
     )
     args = parser.parse_args(argv)
+    if args.rate_of_peak and args.peak_seconds <= 0:
+        parser.error("--rate-of-peak needs the peak measured: --peak-seconds over 0")
     server = Server(args.server_url, args.prefix)
     # stopped (SIGTERM), it drops its databases and its run's process goes with it
     with server.autovacuum(args.autovacuum), terminated_as_exit():
@@ -691,6 +711,14 @@ def measured(args, server: Server) -> int:
     started = time.perf_counter()
     if not (args.keep_template and server.exists(template)):
         seed_template(server, template, scale, args)
+    seeded_in = time.perf_counter() - started
+    script = Path(tempfile.mkdtemp(prefix="app_latency_")) / "san_app.sql"
+    script.write_text(APP_SCRIPT.format(scraps=scale.scraps, users=scale.users))
+    peak = None
+    if (args.rate > 0 or args.rate_of_peak) and args.peak_seconds > 0:
+        peak = peak_rate(server, template, args, script, args.peak_seconds)
+        if args.rate_of_peak:
+            args.rate = round(args.rate_of_peak * peak)
     print(
         f"# app latency while healing: scale {args.scale} ({scale.scraps:,} scraps), "
         f"{'without' if args.without_indexes else 'with'} the recommended indexes, "
@@ -698,17 +726,15 @@ def measured(args, server: Server) -> int:
         f"query: {'as the code sets' if args.parallel_workers is None else args.parallel_workers}"
         f", run config {recovery_config(args)}"
         + (", pgbench and the run as if on hosts of their own" if args.hosts_apart else "")
-        + f"; seeded in {time.perf_counter() - started:.0f} s"
+        + f"; seeded in {seeded_in:.0f} s"
     )
     print(server.settings_line())
-    script = Path(tempfile.mkdtemp(prefix="app_latency_")) / "san_app.sql"
-    script.write_text(APP_SCRIPT.format(scraps=scale.scraps, users=scale.users))
-    if args.rate > 0 and args.peak_seconds > 0:
-        peak = peak_rate(server, template, args, script, args.peak_seconds)
+    if peak is not None:
         print(
             f"# the app alone peaks at {peak:,.0f} tx/s here (pgbench {args.clients} clients, no "
             f"rate set, {args.peak_seconds:g} s on a fresh copy): --rate {args.rate:g} is "
             f"{args.rate / peak:.0%} of it"
+            + (f" (--rate-of-peak {args.rate_of_peak:g})" if args.rate_of_peak else "")
         )
     all_quiet, all_during, all_after, noisy, run_seconds = [], [], [], [], []
     given_up_repeats: list[int] = []
