@@ -16,7 +16,7 @@ from batch_pipeline.recovery.registry import AREAS, RECOVERIES
 from batch_pipeline.recovery.targets import TargetRecovery
 from batch_pipeline_tests.conftest import pg_admin_url
 from batch_pipeline_tests.processes import ROOT
-from bench import app_latency, baseline, chunk_cost, cpu_share, step_load
+from bench import app_latency, baseline, chunk_cost, cpu_share, step_load, timeline
 from bench.runner import SET_BY_ALTER_SYSTEM, Server, psycopg_conninfo, run_benchmark
 
 pytestmark = pytest.mark.system  # runs the benchmark scripts end to end
@@ -163,7 +163,7 @@ def databases_named(prefix: str) -> list:
         ).fetchall()
 
 
-def test_the_app_latency_benchmark_runs_and_counts_every_window(capsys):
+def test_the_app_latency_benchmark_runs_and_counts_every_window(capsys, tmp_path):
     """bench/app_latency.py at a toy scale with real pgbench: the quiet, during and after
     windows hold transactions (the run's process ending is a window of its own), the run
     succeeded, its WAL and the app's waits are printed (no latency is asserted)."""
@@ -207,6 +207,18 @@ def test_the_app_latency_benchmark_runs_and_counts_every_window(capsys):
     assert int(quiet) > 0 and int(during) > 0 and int(after) > 0, out
     # the run's process ending is a window of its own, out of both the run's and the after one
     assert re.search(r"^    its process ending \(\d+\.\d s\) +\d+ tx", out, re.M), out
+    # the run's instants and the app's logs, which bench.timeline reads minute by minute
+    kept = re.search(
+        r"^  run from \d\d:\d\d:\d\d to \d\d:\d\d:\d\d UTC; the app's transactions: (\S+)/app\.\* ",
+        out,
+        re.M,
+    )
+    assert kept, out
+    server_log = tmp_path / "postgresql.log"
+    server_log.write_text("")
+    assert timeline.main([kept[1], "--server-log", str(server_log), "--every", "1"]) == 0
+    seconds = re.findall(r"^\d\d:\d\d:\d\d +(\d+) tx", capsys.readouterr().out, re.M)
+    assert sum(map(int, seconds)) >= int(quiet) + int(during) + int(after), seconds
     assert re.search(r"^  app waits, quiet: .*samples", out, re.M), out
     for window in ("quiet", "during run", "3 s after"):
         assert re.search(

@@ -15,18 +15,13 @@ full run's time); its last line is `probe_ms=P.P`. The pipeline writes 5,000-row
 back, the work itself; `--paced` times it with its default batches and rests instead.
 """
 
-import argparse
 import sys
 
-from bench.runner import DEFAULT_SERVER_URL, run_benchmark
+from bench.runner import DEFAULT_SERVER_URL, bench_parser, run_benchmark
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bench_parser("python -m bench", __doc__)
     parser.add_argument(
         "--scale", type=float, required=True, help="1 = 2,000,000 scraps; 0.1 for CI-sized runs"
     )

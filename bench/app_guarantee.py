@@ -12,7 +12,6 @@ batch (ON CONFLICT DO NOTHING). docs/benchmarks.md, "The app-side guarantee", ho
     .venv/bin/python -m bench.app_guarantee [--jobs 5400000] [--server-url postgresql+psycopg://...]
 """
 
-import argparse
 import time
 from statistics import median
 
@@ -24,6 +23,7 @@ from batch_pipeline.san.indexes import APP_ONE_ACTIVE_JOB
 from batch_pipeline.san.job_source import EnqueueRequest
 from batch_pipeline.san.schema import app_guarantee_statement
 from batch_pipeline.san.tables import CARD_ANALYSIS
+from bench.runner import bench_parser
 from san_sandbox.app_schema import init_sandbox
 from san_sandbox.scratch import scratch_database
 
@@ -162,11 +162,7 @@ def run(
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.app_guarantee",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bench_parser("python -m bench.app_guarantee", __doc__)
     parser.add_argument(
         "--server-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
     )

@@ -31,6 +31,9 @@ last line is machine-readable:
 (pg_stat_activity, every 10 ms; the sampling costs the app a little latency of its own), and
 what the run's sessions were doing while the app's slow transactions (over twice the quiet
 p99) ran, against the share of the run each thing took: where the app's tail comes from.
+Each repeat also prints its run's start and end (UTC) and where pgbench's per-transaction logs
+are: `python -m bench.timeline` reads them minute by minute beside the server's checkpoints and
+autovacuums.
 The run's progress lines (san/progress.py, every 30 s of a long write or sweep) are printed as
 they come; a repeat whose run outlives `--budget` seconds is given up (left out of the figures,
 its progress lines kept) and the next one starts.
@@ -75,6 +78,7 @@ from bench.runner import (
     DEFAULT_SERVER_URL,
     LIFTED,
     Server,
+    bench_parser,
     db_url,
     psycopg_conninfo,
     run_pipeline,
@@ -492,6 +496,15 @@ def one_repeat(
             )
         host.mark("after")
         wal_mb = conn.execute(WAL_SINCE, (wal_before,)).fetchone()[0] / 1e6
+    print(  # where bench.timeline reads the app's minutes beside the server's log
+        f"  run from {datetime.fromtimestamp(run_started, UTC):%H:%M:%S} to "
+        f"{datetime.fromtimestamp(run_ended, UTC):%H:%M:%S} UTC"
+        + (
+            f"; the app's transactions: {folder}/app.* (kept after the last repeat)"
+            if pgbench
+            else ""
+        )
+    )
     run.join()
     # the process that ran it ends: about a second of a core tearing down Dagster's and
     # batch_pipeline's modules, on the database's cores here (a Dagster host's in production),
@@ -564,9 +577,7 @@ def seed_template(server: Server, template: str, scale: Scale, args) -> None:
 
 def app_parser(prog: str, doc: str, rate: float) -> argparse.ArgumentParser:
     """The options of a benchmark where pgbench plays the app beside a run."""
-    parser = argparse.ArgumentParser(
-        prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(prog, doc)
     parser.add_argument("--server-url", default=DEFAULT_SERVER_URL)
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument(

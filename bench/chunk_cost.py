@@ -16,7 +16,6 @@ a busy sweep's length is made of. The last line is machine-readable:
     .venv/bin/python -m bench.chunk_cost [--scale 1] [--chunks 200] [--ids 1000] [--rest 0]
 """
 
-import argparse
 import statistics
 import time
 from datetime import UTC, datetime
@@ -37,7 +36,7 @@ from batch_pipeline.san.enqueue import signals_of
 from batch_pipeline.san.sampler import Sampler
 from batch_pipeline.san.sweep import FIRST_CHUNK_IDS, chunk_range
 from bench.app_latency import borrowed_template, settle_the_disk, template_options
-from bench.runner import DEFAULT_SERVER_URL, db_url
+from bench.runner import DEFAULT_SERVER_URL, bench_parser, db_url
 from bench.seed import Scale
 
 EXPLAINED = 20  # chunks of each sweep whose plan and execution the server times
@@ -113,11 +112,7 @@ def build_ms(recovery: TargetRecovery, chunks: int, ids: int) -> float:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.chunk_cost",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bench_parser("python -m bench.chunk_cost", __doc__)
     parser.add_argument("--server-url", default=DEFAULT_SERVER_URL)
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--chunks", type=int, default=200, help="chunks read of each sweep")

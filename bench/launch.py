@@ -11,7 +11,6 @@ the last line is machine-readable:
     launch fast_heal_p50_s=X recovery_p50_s=Y in_process_fast_heal_s=A in_process_recovery_s=B
 """
 
-import argparse
 import os
 import shutil
 import statistics
@@ -26,6 +25,7 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from batch_pipeline.definitions import defs
 from batch_pipeline.san.database import create_san_engine
 from batch_pipeline.san.resources import JobDispatcherResource, SanDatabase
+from bench.runner import bench_parser
 from san_sandbox.demo import seed_demo_state
 from san_sandbox.processes import wait_for
 
@@ -74,11 +74,7 @@ def in_process_seconds(job_name: str, database_url: str, runs: int) -> list[floa
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.launch",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bench_parser("python -m bench.launch", __doc__)
     parser.add_argument(
         "--runs", type=int, default=3, help="runs of each job (default %(default)s)"
     )

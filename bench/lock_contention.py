@@ -12,7 +12,6 @@ advisory lock waited only lock_timeout). docs/benchmarks.md, "Writers taking tur
     .venv/bin/python -m bench.lock_contention [--scale 1] [--days 4] [--lock-wait-is-lock-timeout]
 """
 
-import argparse
 import multiprocessing
 import time
 from datetime import timedelta
@@ -24,7 +23,7 @@ from sqlalchemy import text
 from batch_pipeline.san.database import create_san_engine, utc_now
 from batch_pipeline.san.dialects import postgresql
 from batch_pipeline.san.schema import create_recommended_indexes
-from bench.runner import psycopg_conninfo, run_pipeline
+from bench.runner import bench_parser, psycopg_conninfo, run_pipeline
 from bench.seed import Scale, seed
 from san_sandbox.scratch import scratch_database
 
@@ -120,11 +119,7 @@ def run(
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.lock_contention",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bench_parser("python -m bench.lock_contention", __doc__)
     parser.add_argument(
         "--server-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
     )

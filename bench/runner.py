@@ -1,5 +1,6 @@
 """The benchmark's orchestration: templates, restores, timed runs, plans, figures."""
 
+import argparse
 import resource
 import signal
 import statistics
@@ -667,4 +668,11 @@ def _print_mode(figures, mode, out):
         + ", ".join(
             f"{step} {median(v):.3f}" for (m, step), v in figures.op_times.items() if m == mode
         )
+    )
+
+
+def bench_parser(prog: str, doc: str) -> argparse.ArgumentParser:
+    """A benchmark's command line: its module's docstring, as written, is its --help."""
+    return argparse.ArgumentParser(
+        prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -7,14 +7,13 @@ timing), median of 10. The sensor runs the lane without its indexes only on tabl
 fast_lane/sensors.py's SMALL_TABLES_BYTES, chosen from these figures (docs/reliability.md).
 """
 
-import argparse
 import statistics
 import sys
 from datetime import UTC, datetime
 
 from batch_pipeline.san.database import create_san_engine, read_transaction
 from bench.probe import database_ms, probe_queries
-from bench.runner import DEFAULT_SERVER_URL, Server, db_url
+from bench.runner import DEFAULT_SERVER_URL, Server, bench_parser, db_url
 from bench.seed import Scale, seed
 
 REPEATS = 10
@@ -68,11 +67,7 @@ def measure(server_url: str, scale_factor: float, out=print) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.small_tables",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bench_parser("python -m bench.small_tables", __doc__)
     parser.add_argument("--database-url", default=DEFAULT_SERVER_URL)
     parser.add_argument("--scales", default="0.001,0.002,0.005,0.01,0.02,0.05")
     args = parser.parse_args(argv)
