@@ -16,11 +16,12 @@ overlap it.
 """
 
 import re
+from bisect import bisect_left
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.app_latency import latencies, percentile
+from bench.app_latency import latencies, summary
 from bench.runner import bench_parser
 
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) (\S+) ")
@@ -77,20 +78,16 @@ def timeline(
     if not rows:
         return lines
     rows = sorted(rows)
-    start, last = rows[0][0], rows[-1][0]
+    instants = [ended for ended, _ in rows]  # sorted: each window is a slice of them
+    start, last = instants[0], instants[-1]
     while start <= last:
         end = start + every
-        window = [ms for ended, ms in rows if start <= ended < end]
+        first, past = bisect_left(instants, start), bisect_left(instants, end)
+        window = [ms for _, ms in rows[first:past]]
         marked = [label for at, label in sorted(marks.items()) if start <= at < end]
         overlapping = sorted({e.what for e in events if e.start < end and e.end >= start})
-        figures = (
-            f"{len(window):7d} tx  p50 {percentile(window, 0.5):7.2f} ms  "
-            f"p99 {percentile(window, 0.99):7.2f} ms  max {max(window):8.2f} ms"
-            if window
-            else f"{0:7d} tx"
-        )
         lines.append(
-            f"{datetime.fromtimestamp(start, UTC):%H:%M:%S}  {figures}"
+            f"{datetime.fromtimestamp(start, UTC):%H:%M:%S}  {summary(window)}"
             + "".join(f"  [{label}]" for label in marked)
             + ("  " + ", ".join(overlapping) if overlapping else "")
         )

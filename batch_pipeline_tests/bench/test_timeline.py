@@ -52,11 +52,12 @@ def test_each_minute_holds_its_transactions_marks_and_the_events_overlapping_it(
     argv = [str(tmp_path), "--server-log", str(log), "--mark", "10:01:15=run"]
     assert main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
+    # each window in app_latency's own figures (`summary`)
     assert lines == [
-        "10:00:00       60 tx  p50    4.00 ms  p99  100.00 ms  max   100.00 ms  autovacuum jobs, "
+        "10:00:00     60 tx  p50   4.00 ms  p99 100.00 ms  max  100.00 ms  autovacuum jobs, "
         "checkpoint",
-        "10:01:00       30 tx  p50    4.00 ms  p99    4.00 ms  max     4.00 ms  [run]  checkpoint",
-        "10:02:00        1 tx  p50    6.00 ms  p99    6.00 ms  max     6.00 ms  autoanalyze scraps",
+        "10:01:00     30 tx  p50   4.00 ms  p99   4.00 ms  max    4.00 ms  [run]  checkpoint",
+        "10:02:00      1 tx  p50   6.00 ms  p99   6.00 ms  max    6.00 ms  autoanalyze scraps",
     ]
 
 
